@@ -1,0 +1,3 @@
+pub mod clock;
+pub mod policy;
+pub mod window;

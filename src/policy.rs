@@ -1,0 +1,331 @@
+//! Limits and policies. They can only be built valid, so everything past
+//! this module (the window arithmetic, the stores, the near-cache) never
+//! meets a zero window, a precision that does not divide it, or a limit of 0.
+
+use std::fmt;
+use std::time::Duration;
+
+/// The largest `limit` and `cost`. Far above any real quota, and low enough
+/// that counts, costs and scaled estimates never come near overflow.
+pub const MAX_AMOUNT: u64 = 1_000_000_000_000;
+/// The longest window: a year. Bucket TTLs (2 windows) stay well inside
+/// Memcached's 32-bit absolute expiry times.
+pub const MAX_WINDOW_MS: u64 = 365 * DAY_MS;
+/// The finest precision: sub-buckets per window.
+pub const MAX_PRECISION: u32 = 1000;
+/// The most limits one policy may hold; each costs precision + 1 counters.
+pub const MAX_LIMITS: usize = 16;
+/// The scope of limits given inline in a request rather than by name.
+pub const INLINE_SCOPE: &str = "inline";
+
+const SECOND_MS: u64 = 1000;
+const MINUTE_MS: u64 = 60 * SECOND_MS;
+const HOUR_MS: u64 = 60 * MINUTE_MS;
+const DAY_MS: u64 = 24 * HOUR_MS;
+
+/// A sliding window: its length and into how many sub-buckets it is cut.
+/// Together with the scope and key, this is what identifies a counter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Window {
+    window_ms: u64,
+    precision: u32,
+}
+
+impl Window {
+    pub fn new(window_ms: u64, precision: u32) -> Result<Window, LimitError> {
+        if window_ms == 0 || window_ms > MAX_WINDOW_MS {
+            return Err(LimitError::Window(window_ms));
+        }
+        if precision == 0 || precision > MAX_PRECISION {
+            return Err(LimitError::PrecisionRange(precision));
+        }
+        if window_ms % u64::from(precision) != 0 {
+            return Err(LimitError::PrecisionDivides {
+                precision,
+                window_ms,
+            });
+        }
+        Ok(Window {
+            window_ms,
+            precision,
+        })
+    }
+
+    pub fn window_ms(&self) -> u64 {
+        self.window_ms
+    }
+
+    pub fn precision(&self) -> u32 {
+        self.precision
+    }
+
+    /// The length of one sub-bucket (the whole window when precision is 1).
+    pub fn bucket_ms(&self) -> u64 {
+        self.window_ms / u64::from(self.precision)
+    }
+
+    /// The index of the (sub-)bucket holding `now_ms`, aligned on the epoch.
+    pub fn bucket_of(&self, now_ms: u64) -> u64 {
+        now_ms / self.bucket_ms()
+    }
+}
+
+/// One quota: at most `limit` units per sliding window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Limit {
+    limit: u64,
+    window: Window,
+}
+
+impl Limit {
+    pub fn new(limit: u64, window_ms: u64, precision: u32) -> Result<Limit, LimitError> {
+        let window = Window::new(window_ms, precision)?;
+        if limit == 0 || limit > MAX_AMOUNT {
+            return Err(LimitError::Limit(limit));
+        }
+        Ok(Limit { limit, window })
+    }
+
+    /// `limit` units per `window`, one bucket per window (precision 1).
+    pub fn per(limit: u64, window: Duration) -> Result<Limit, LimitError> {
+        let window_ms = u64::try_from(window.as_millis()).unwrap_or(u64::MAX);
+        Limit::new(limit, window_ms, 1)
+    }
+
+    /// The same limit cut into `precision` sub-buckets.
+    pub fn with_precision(self, precision: u32) -> Result<Limit, LimitError> {
+        Limit::new(self.limit, self.window.window_ms, precision)
+    }
+
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    pub fn window(&self) -> Window {
+        self.window
+    }
+}
+
+/// Why a limit could not be built. `field` names the offending field the way
+/// both the HTTP API and the config file spell it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LimitError {
+    #[error("must be an integer from 1 to {MAX_AMOUNT}, got {0}")]
+    Limit(u64),
+    #[error("must be from 1ms to 365d, got {0}ms")]
+    Window(u64),
+    #[error("must be from 1 to {MAX_PRECISION}, got {0}")]
+    PrecisionRange(u32),
+    #[error("{precision} does not divide the window of {window_ms}ms")]
+    PrecisionDivides { precision: u32, window_ms: u64 },
+}
+
+impl LimitError {
+    pub fn field(&self) -> &'static str {
+        match self {
+            LimitError::Limit(_) => "limit",
+            LimitError::Window(_) => "window",
+            LimitError::PrecisionRange(_) | LimitError::PrecisionDivides { .. } => "precision",
+        }
+    }
+}
+
+/// A set of limits decided together under one scope: a request is admitted
+/// only if every limit admits it, and then it is counted in all of them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Policy {
+    scope: String,
+    limits: Vec<Limit>,
+}
+
+impl Policy {
+    /// A named policy; its name is the scope of its counters.
+    pub fn new(name: impl Into<String>, limits: Vec<Limit>) -> Result<Policy, PolicyError> {
+        let name = name.into();
+        if !is_valid_name(&name) {
+            return Err(PolicyError::Name(name));
+        }
+        if name == INLINE_SCOPE {
+            return Err(PolicyError::ReservedName);
+        }
+        Policy::build(name, limits)
+    }
+
+    /// Limits given in a request: they share the `inline` scope, so two
+    /// requests naming the same key and window count into the same counters.
+    pub fn inline(limits: Vec<Limit>) -> Result<Policy, PolicyError> {
+        Policy::build(INLINE_SCOPE.to_owned(), limits)
+    }
+
+    fn build(scope: String, limits: Vec<Limit>) -> Result<Policy, PolicyError> {
+        if limits.is_empty() {
+            return Err(PolicyError::Empty);
+        }
+        if limits.len() > MAX_LIMITS {
+            return Err(PolicyError::TooMany(limits.len()));
+        }
+        // Two limits with one window would count every request twice into
+        // the same counters.
+        for (second, limit) in limits.iter().enumerate() {
+            if let Some(first) = limits[..second]
+                .iter()
+                .position(|other| other.window == limit.window)
+            {
+                return Err(PolicyError::Duplicate { first, second });
+            }
+        }
+        Ok(Policy { scope, limits })
+    }
+
+    pub fn scope(&self) -> &str {
+        &self.scope
+    }
+
+    pub fn limits(&self) -> &[Limit] {
+        &self.limits
+    }
+
+    /// The largest cost any limit of this policy could ever admit.
+    pub fn max_cost(&self) -> u64 {
+        self.limits.iter().map(Limit::limit).min().unwrap_or(0)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyError {
+    #[error("must not be empty")]
+    Empty,
+    #[error("at most {MAX_LIMITS} limits, got {0}")]
+    TooMany(usize),
+    #[error(
+        "limits {first} and {second} have the same window and precision, so they would count into the same counters"
+    )]
+    Duplicate { first: usize, second: usize },
+    #[error("policy name {0:?} must be 1 to 64 characters of A-Z a-z 0-9 _ - .")]
+    Name(String),
+    #[error("the name `inline` is reserved for limits given in a request")]
+    ReservedName,
+}
+
+/// Policy names appear in response headers and metrics: keep them plain.
+fn is_valid_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'_' | b'-' | b'.'))
+}
+
+/// Parse a window length such as `250ms`, `1s`, `10m`, `1h` or `1d`.
+pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let unit_ms = match unit {
+        "ms" => 1,
+        "s" => SECOND_MS,
+        "m" => MINUTE_MS,
+        "h" => HOUR_MS,
+        "d" => DAY_MS,
+        _ => {
+            return Err(format!(
+                "{text:?} is not a duration: use a whole number and a unit of ms, s, m, h or d (e.g. \"10m\")"
+            ));
+        }
+    };
+    let amount: u64 = digits.parse().map_err(|_| {
+        format!("{text:?} is not a duration: it must start with a whole number (e.g. \"10m\")")
+    })?;
+    amount
+        .checked_mul(unit_ms)
+        .ok_or_else(|| format!("{text:?} is too long"))
+}
+
+/// A duration in the largest unit that writes it exactly: `10m`, `250ms`.
+pub struct DisplayMs(pub u64);
+
+impl fmt::Display for DisplayMs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ms = self.0;
+        for (unit, unit_ms) in [("d", DAY_MS), ("h", HOUR_MS), ("m", MINUTE_MS), ("s", SECOND_MS)] {
+            if ms != 0 && ms % unit_ms == 0 {
+                return write!(f, "{}{unit}", ms / unit_ms);
+            }
+        }
+        write!(f, "{ms}ms")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_and_print_back() {
+        for (text, ms) in [
+            ("250ms", 250),
+            ("1s", 1000),
+            ("10m", 600_000),
+            ("1h", 3_600_000),
+            ("1d", 86_400_000),
+            ("90s", 90_000),
+        ] {
+            assert_eq!(parse_duration_ms(text), Ok(ms), "{text}");
+        }
+        assert_eq!(DisplayMs(90_000).to_string(), "90s");
+        assert_eq!(DisplayMs(600_000).to_string(), "10m");
+        assert_eq!(DisplayMs(1500).to_string(), "1500ms");
+    }
+
+    #[test]
+    fn bad_durations_are_refused() {
+        for text in ["", "10", "m", "1.5s", "-1s", "1 s", "10 m", "1w", "99999999999999999999d"] {
+            assert!(parse_duration_ms(text).is_err(), "{text:?} was accepted");
+        }
+    }
+
+    #[test]
+    fn invalid_limits_cannot_be_built() {
+        assert_eq!(Limit::new(0, 1000, 1), Err(LimitError::Limit(0)));
+        assert_eq!(Limit::new(5, 0, 1), Err(LimitError::Window(0)));
+        assert_eq!(Limit::new(5, 1000, 0), Err(LimitError::PrecisionRange(0)));
+        assert_eq!(Limit::new(5, 1000, 1001), Err(LimitError::PrecisionRange(1001)));
+        assert_eq!(
+            Limit::new(5, 1000, 7),
+            Err(LimitError::PrecisionDivides {
+                precision: 7,
+                window_ms: 1000
+            })
+        );
+        assert_eq!(Limit::new(5, 1000, 7).unwrap_err().field(), "precision");
+        assert!(Limit::new(MAX_AMOUNT + 1, 1000, 1).is_err());
+        assert!(Limit::new(5, MAX_WINDOW_MS + 1, 1).is_err());
+        assert!(Limit::new(5, 1000, 1000).is_ok());
+    }
+
+    #[test]
+    fn policies_refuse_empty_too_many_and_shared_counters() {
+        let second = Limit::per(10, Duration::from_secs(1)).unwrap();
+        assert_eq!(Policy::inline(vec![]), Err(PolicyError::Empty));
+        assert_eq!(
+            Policy::inline(vec![second; 17]),
+            Err(PolicyError::TooMany(17))
+        );
+        assert_eq!(
+            Policy::inline(vec![second, second.with_precision(2).unwrap(), second]),
+            Err(PolicyError::Duplicate {
+                first: 0,
+                second: 2
+            })
+        );
+        assert_eq!(
+            Policy::new("inline", vec![second]),
+            Err(PolicyError::ReservedName)
+        );
+        assert!(Policy::new("a b", vec![second]).is_err());
+        let policy = Policy::new("api", vec![second, Limit::per(3, Duration::from_secs(60)).unwrap()])
+            .unwrap();
+        assert_eq!(policy.scope(), "api");
+        assert_eq!(policy.max_cost(), 3);
+    }
+}
