@@ -1,3 +1,4 @@
 pub mod clock;
 pub mod policy;
+pub mod store;
 pub mod window;

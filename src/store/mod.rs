@@ -1,0 +1,224 @@
+//! Where the counters live: the [`Store`] trait, the identity of a counter,
+//! and the two stores, [`MemoryStore`] (embedded, one process) and
+//! `MemcachedStore` (shared by every instance; feature `memcached`).
+//!
+//! A store knows nothing of limits or decisions: it reads counters and adds
+//! to them. Both stores keep the same semantics, which one behaviour suite
+//! (`tests/behaviour.rs`) checks against each.
+
+use std::fmt;
+use std::future::Future;
+
+use crate::policy::Window;
+
+#[cfg(feature = "memcached")]
+pub mod memcached;
+pub mod memory;
+
+#[cfg(feature = "memcached")]
+pub use memcached::{MemcachedOptions, MemcachedStore};
+pub use memory::MemoryStore;
+
+/// A 128-bit digest of (scope, key). Counters are named by it, never by the
+/// key itself, so any user key, whatever its length or bytes, becomes a short
+/// legal Memcached key, and nothing a client sends reaches the wire as text.
+/// BLAKE3 rather than a fast non-cryptographic hash: a client must not be
+/// able to craft a key that shares another client's counters.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct KeyDigest([u8; 16]);
+
+impl KeyDigest {
+    pub fn of(scope: &str, key: &str) -> KeyDigest {
+        let mut hasher = blake3::Hasher::new();
+        // The length prefix keeps ("ab", "c") and ("a", "bc") apart.
+        hasher.update(&(scope.len() as u64).to_le_bytes());
+        hasher.update(scope.as_bytes());
+        hasher.update(key.as_bytes());
+        let mut digest = [0u8; 16];
+        digest.copy_from_slice(&hasher.finalize().as_bytes()[..16]);
+        KeyDigest(digest)
+    }
+
+    pub fn as_bytes(&self) -> &[u8; 16] {
+        &self.0
+    }
+}
+
+impl fmt::Display for KeyDigest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.iter().try_for_each(|byte| write!(f, "{byte:02x}"))
+    }
+}
+
+impl fmt::Debug for KeyDigest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "KeyDigest({self})")
+    }
+}
+
+/// One counter: (scope and key, window and precision, bucket). The limit
+/// value is not part of it, so changing a limit keeps the counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CounterKey {
+    pub digest: KeyDigest,
+    pub window: Window,
+    pub bucket: u64,
+}
+
+/// How long a counter must outlive the start of its bucket. The counter of
+/// sub-bucket `b` is read until bucket `b + k` ends, at most `W + W/k <= 2W`
+/// after it can first be written. The margin covers Memcached's whole-second
+/// clock and small clock differences between instances.
+pub fn bucket_ttl_secs(window: Window) -> u64 {
+    (2 * window.window_ms()).div_ceil(1000) + TTL_MARGIN_SECS
+}
+
+const TTL_MARGIN_SECS: u64 = 2;
+
+/// The work of one round trip: read `reads`, then add `amount` to each of
+/// `adds`, creating a missing counter with `amount` and the TTL of its
+/// window. `now_ms` is the caller's clock, for stores that need the wall
+/// time (absolute Memcached expiry, in-memory expiry).
+#[derive(Clone, Debug)]
+pub struct CounterBatch {
+    pub reads: Vec<CounterKey>,
+    pub adds: Vec<CounterKey>,
+    pub amount: u64,
+    pub now_ms: u64,
+}
+
+/// What a [`CounterBatch`] found: `read[i]` for `reads[i]` (0 when missing)
+/// and `added[i]`, the value of `adds[i]` right after the addition.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BatchCounts {
+    pub read: Vec<u64>,
+    pub added: Vec<u64>,
+}
+
+/// A counter store. Additions are atomic per counter, so concurrent callers
+/// each see a distinct value after their addition.
+pub trait Store: Send + Sync + 'static {
+    /// Run a batch in one round trip.
+    fn read_and_add(
+        &self,
+        batch: &CounterBatch,
+    ) -> impl Future<Output = Result<BatchCounts, StoreError>> + Send;
+
+    /// Take `amount` back from each counter, saturating at 0: the rollback of
+    /// an addition that turned out to be over the limit. Returns each value
+    /// after, `None` for a counter that no longer exists.
+    fn subtract(
+        &self,
+        counters: &[CounterKey],
+        amount: u64,
+        now_ms: u64,
+    ) -> impl Future<Output = Result<Vec<Option<u64>>, StoreError>> + Send;
+
+    /// Whether the store answers.
+    fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// `memory` or `memcached`, for logs, metrics and `/readyz`.
+    fn kind(&self) -> &'static str;
+}
+
+/// A store failure. Being over a limit is never an error; this is only the
+/// store not answering as it should.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("no answer within {0} ms")]
+    Timeout(u64),
+    #[error("unreachable: {0}")]
+    Unreachable(String),
+    /// The request was sent but its outcome is unknown: it may or may not
+    /// have been applied, so it must not be retried.
+    #[error("outcome unknown: {0}")]
+    Ambiguous(String),
+    #[error("unexpected answer: {0}")]
+    Protocol(String),
+}
+
+impl StoreError {
+    /// Whether the store may well answer the next call (a timeout, a
+    /// connection down) rather than being wrong every time.
+    pub fn is_transient(&self) -> bool {
+        !matches!(self, StoreError::Protocol(_))
+    }
+}
+
+/// The store chosen at run time from configuration, so that the server
+/// keeps one `Limiter` type whichever store it runs on.
+pub enum AnyStore {
+    Memory(MemoryStore),
+    #[cfg(feature = "memcached")]
+    Memcached(MemcachedStore),
+}
+
+impl Store for AnyStore {
+    async fn read_and_add(&self, batch: &CounterBatch) -> Result<BatchCounts, StoreError> {
+        match self {
+            AnyStore::Memory(store) => store.read_and_add(batch).await,
+            #[cfg(feature = "memcached")]
+            AnyStore::Memcached(store) => store.read_and_add(batch).await,
+        }
+    }
+
+    async fn subtract(
+        &self,
+        counters: &[CounterKey],
+        amount: u64,
+        now_ms: u64,
+    ) -> Result<Vec<Option<u64>>, StoreError> {
+        match self {
+            AnyStore::Memory(store) => store.subtract(counters, amount, now_ms).await,
+            #[cfg(feature = "memcached")]
+            AnyStore::Memcached(store) => store.subtract(counters, amount, now_ms).await,
+        }
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        match self {
+            AnyStore::Memory(store) => store.ping().await,
+            #[cfg(feature = "memcached")]
+            AnyStore::Memcached(store) => store.ping().await,
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            AnyStore::Memory(store) => store.kind(),
+            #[cfg(feature = "memcached")]
+            AnyStore::Memcached(store) => store.kind(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn digests_separate_scopes_and_keys() {
+        assert_ne!(KeyDigest::of("ab", "c"), KeyDigest::of("a", "bc"));
+        assert_ne!(KeyDigest::of("api", "k"), KeyDigest::of("inline", "k"));
+        assert_eq!(KeyDigest::of("api", "k"), KeyDigest::of("api", "k"));
+        assert_eq!(KeyDigest::of("api", "k").to_string().len(), 32);
+    }
+
+    #[test]
+    fn digest_is_stable_across_builds() {
+        // Counters outlive deploys: a digest that changed with a release
+        // would silently reset every count. Pinned to the value an independent
+        // BLAKE3 (Python's `blake3` package) gives for the same bytes.
+        assert_eq!(
+            KeyDigest::of("api", "client-42").to_string(),
+            "edce31df96748419b36acbefd989743c"
+        );
+    }
+
+    #[test]
+    fn ttl_covers_two_windows_plus_margin() {
+        assert_eq!(bucket_ttl_secs(Window::new(250, 1).unwrap()), 3);
+        assert_eq!(bucket_ttl_secs(Window::new(60_000, 1).unwrap()), 122);
+        assert_eq!(bucket_ttl_secs(Window::new(60_000, 60).unwrap()), 122);
+    }
+}
