@@ -39,7 +39,7 @@ impl Window {
         if precision == 0 || precision > MAX_PRECISION {
             return Err(LimitError::PrecisionRange(precision));
         }
-        if window_ms % u64::from(precision) != 0 {
+        if !window_ms.is_multiple_of(u64::from(precision)) {
             return Err(LimitError::PrecisionDivides {
                 precision,
                 window_ms,
@@ -248,7 +248,7 @@ impl fmt::Display for DisplayMs {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let ms = self.0;
         for (unit, unit_ms) in [("d", DAY_MS), ("h", HOUR_MS), ("m", MINUTE_MS), ("s", SECOND_MS)] {
-            if ms != 0 && ms % unit_ms == 0 {
+            if ms != 0 && ms.is_multiple_of(unit_ms) {
                 return write!(f, "{}{unit}", ms / unit_ms);
             }
         }

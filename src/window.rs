@@ -101,11 +101,11 @@ pub fn retry_after_ms(limit: Limit, counts: &[u64], now_ms: u64, cost: u64) -> O
             continue;
         };
         let start = if crossed == 0 { elapsed } else { 0 };
-        let earliest = if oldest == 0 {
-            start
-        } else {
-            // oldest * (w - x) <= room * w  <=>  x >= w - floor(room * w / oldest)
-            start.max(bucket.saturating_sub(room * bucket / oldest))
+        // oldest * (w - x) <= room * w  <=>  x >= w - floor(room * w / oldest);
+        // with no oldest count, nothing is left to decay in this sub-bucket.
+        let earliest = match (room * bucket).checked_div(oldest) {
+            Some(most_weight) => start.max(bucket.saturating_sub(most_weight)),
+            None => start,
         };
         if earliest < bucket {
             let wait = crossed as u128 * bucket + earliest - elapsed;
