@@ -1,0 +1,501 @@
+//! The [`Limiter`]: near-cache, then store, then window, then decision.
+//!
+//! A check costs one round trip when admitted: the older buckets are read
+//! and the current bucket is incremented in one batch, and the value the
+//! increment returns is the current count, so concurrent checks from any
+//! number of instances each see a distinct count and cannot all slip under
+//! the limit. Over the limit, the increment is taken back (a second round
+//! trip) and the counts seen are remembered in the near-cache, so the next
+//! rejects of that key cost none.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use crate::clock::{Clock, SystemClock};
+use crate::metrics::{Metrics, MetricsSnapshot};
+use crate::near_cache::{NearCache, NearKey, Seen};
+use crate::policy::{Limit, MAX_AMOUNT, Policy};
+use crate::store::{BatchCounts, CounterBatch, CounterKey, KeyDigest, MemoryStore, Store, StoreError};
+use crate::window::{self, Counting, LimitState, Verdict};
+
+/// The longest key accepted, in bytes.
+pub const MAX_KEY_BYTES: usize = 1024;
+/// The store timeout when none is configured.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
+/// Near-cache capacity (keys) when none is configured.
+pub const DEFAULT_NEAR_CACHE_CAPACITY: u64 = 100_000;
+
+/// What to decide when the store fails or times out.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FailureMode {
+    /// Admit (fail open): an outage of the store is not an outage of the API.
+    #[default]
+    Allow,
+    /// Refuse (fail closed): [`CheckError::StoreUnavailable`].
+    Deny,
+    /// Decide with counters in this process until the store is back.
+    Local,
+}
+
+/// Where a decision came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    Store,
+    NearCache,
+    /// The store failed; the failure mode decided.
+    Fallback,
+}
+
+impl Source {
+    pub const ALL: [Source; 3] = [Source::Store, Source::NearCache, Source::Fallback];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Store => "store",
+            Source::NearCache => "near_cache",
+            Source::Fallback => "fallback",
+        }
+    }
+
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// The answer to a check, peek or report. Being over a limit is a normal
+/// decision (`allowed: false`), not an error.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Decision {
+    pub allowed: bool,
+    /// Whether this call added its cost to the counters.
+    pub counted: bool,
+    /// 0 when allowed; otherwise the wait until the same request would be
+    /// admitted if nothing else were counted; `None` if it never can be.
+    pub retry_after_ms: Option<u64>,
+    /// Each limit of the policy, in order.
+    pub limits: Vec<LimitState>,
+    pub source: Source,
+}
+
+impl Decision {
+    fn new(verdict: Verdict, source: Source) -> Decision {
+        Decision {
+            allowed: verdict.allowed,
+            counted: verdict.counted,
+            retry_after_ms: verdict.retry_after_ms,
+            limits: verdict.limits,
+            source,
+        }
+    }
+
+    /// The smallest `remaining` over the limits.
+    pub fn remaining(&self) -> u64 {
+        self.limits
+            .iter()
+            .map(|state| state.remaining)
+            .min()
+            .unwrap_or(0)
+    }
+}
+
+/// A request the limiter cannot decide.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    #[error("key: {0}")]
+    InvalidKey(&'static str),
+    #[error("cost: must be an integer from 1 to {MAX_AMOUNT}, got {0}")]
+    InvalidCost(u64),
+    /// The store failed and the failure mode is [`FailureMode::Deny`].
+    #[error("rate-limit store unavailable: {0}")]
+    StoreUnavailable(StoreError),
+}
+
+/// Decides requests against policies, with counters in a [`Store`].
+/// Cheap to share: wrap it in an `Arc`.
+pub struct Limiter<S> {
+    store: S,
+    clock: Arc<dyn Clock>,
+    near_cache: NearCache,
+    timeout: Duration,
+    failure_mode: FailureMode,
+    local: MemoryStore,
+    metrics: Metrics,
+    store_healthy: AtomicBool,
+}
+
+/// Settings of a [`Limiter`]; start from [`Limiter::builder`].
+pub struct LimiterBuilder<S> {
+    store: S,
+    clock: Arc<dyn Clock>,
+    near_cache_capacity: u64,
+    timeout: Duration,
+    failure_mode: FailureMode,
+}
+
+impl<S: Store> LimiterBuilder<S> {
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// How many keys the near-cache of hot rejects holds; 0 turns it off.
+    pub fn near_cache_capacity(mut self, capacity: u64) -> Self {
+        self.near_cache_capacity = capacity;
+        self
+    }
+
+    /// How long to wait for the store before the failure mode decides.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    pub fn failure_mode(mut self, mode: FailureMode) -> Self {
+        self.failure_mode = mode;
+        self
+    }
+
+    pub fn build(self) -> Limiter<S> {
+        Limiter {
+            store: self.store,
+            clock: self.clock,
+            near_cache: NearCache::new(self.near_cache_capacity),
+            timeout: self.timeout,
+            failure_mode: self.failure_mode,
+            local: MemoryStore::new(),
+            metrics: Metrics::default(),
+            store_healthy: AtomicBool::new(true),
+        }
+    }
+}
+
+/// The counters one call touches, per limit: the older buckets, oldest
+/// first, and the current one.
+struct Layout {
+    older: Vec<CounterKey>,
+    current: CounterKey,
+}
+
+fn layout(digest: KeyDigest, limit: &Limit, now_ms: u64) -> Layout {
+    let window = limit.window();
+    let current = window.bucket_of(now_ms);
+    let precision = u64::from(window.precision());
+    let counter = |bucket| CounterKey {
+        digest,
+        window,
+        bucket,
+    };
+    Layout {
+        // Buckets before the epoch do not exist; they read as 0 anyway.
+        older: (1..=precision)
+            .rev()
+            .map(|back| counter(current.saturating_sub(back)))
+            .collect(),
+        current: counter(current),
+    }
+}
+
+/// What a batch found, per limit: counts before this request (oldest first)
+/// and, when the request was added, the current counter's value after.
+struct Observed {
+    counts: Vec<Vec<u64>>,
+    currents: Vec<CounterKey>,
+}
+
+impl<S: Store> Limiter<S> {
+    pub fn builder(store: S) -> LimiterBuilder<S> {
+        LimiterBuilder {
+            store,
+            clock: Arc::new(SystemClock),
+            near_cache_capacity: DEFAULT_NEAR_CACHE_CAPACITY,
+            timeout: DEFAULT_TIMEOUT,
+            failure_mode: FailureMode::default(),
+        }
+    }
+
+    /// A limiter with the default settings.
+    pub fn new(store: S) -> Limiter<S> {
+        Limiter::builder(store).build()
+    }
+
+    /// Decide a request of `cost` for `key` and, if admitted, count it.
+    pub async fn check(&self, key: &str, policy: &Policy, cost: u64) -> Result<Decision, CheckError> {
+        self.decide(key, policy, cost, Counting::IfAdmitted).await
+    }
+
+    /// The decision a check would make now, counting nothing.
+    pub async fn peek(&self, key: &str, policy: &Policy, cost: u64) -> Result<Decision, CheckError> {
+        self.decide(key, policy, cost, Counting::Never).await
+    }
+
+    /// Count `cost` whatever the limits say (work that happened anyway); the
+    /// decision says whether the counts are still within every limit.
+    pub async fn report(&self, key: &str, policy: &Policy, cost: u64) -> Result<Decision, CheckError> {
+        self.decide(key, policy, cost, Counting::Always).await
+    }
+
+    /// Whether the store answers within the timeout.
+    pub async fn ready(&self) -> Result<(), StoreError> {
+        self.timed(self.store.ping()).await
+    }
+
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    pub fn metrics(&self) -> MetricsSnapshot {
+        self.metrics.snapshot()
+    }
+
+    /// Keys currently remembered by the near-cache.
+    pub fn near_cache_len(&self) -> u64 {
+        self.near_cache.len()
+    }
+
+    async fn decide(
+        &self,
+        key: &str,
+        policy: &Policy,
+        cost: u64,
+        mut counting: Counting,
+    ) -> Result<Decision, CheckError> {
+        if key.is_empty() {
+            return Err(CheckError::InvalidKey("must not be empty"));
+        }
+        if key.len() > MAX_KEY_BYTES {
+            return Err(CheckError::InvalidKey("must be at most 1024 bytes"));
+        }
+        if cost == 0 || cost > MAX_AMOUNT {
+            return Err(CheckError::InvalidCost(cost));
+        }
+        // A check that can never pass must not be counted, even for the
+        // instant before its rollback: answer it as a peek.
+        if counting == Counting::IfAdmitted && cost > policy.max_cost() {
+            counting = Counting::Never;
+        }
+        let now_ms = self.clock.now_ms();
+        let digest = KeyDigest::of(policy.scope(), key);
+        let near_key = NearKey::new(digest, policy);
+
+        if counting != Counting::Always
+            && let Some(lower_bounds) = self.near_cache.lower_bounds(&near_key, policy, now_ms)
+        {
+            let verdict = window::decide(policy.limits(), &lower_bounds, now_ms, cost, Counting::Never);
+            if !verdict.allowed {
+                return Ok(self.done(Decision::new(verdict, Source::NearCache)));
+            }
+        }
+
+        let layouts: Vec<Layout> = policy
+            .limits()
+            .iter()
+            .map(|limit| layout(digest, limit, now_ms))
+            .collect();
+        let batch = Self::batch(&layouts, cost, counting, now_ms);
+        let observed = match self.timed(self.store.read_and_add(&batch)).await {
+            Ok(found) => Self::observed(&layouts, &batch, found),
+            Err(error) => return self.fall_back(error, policy, &layouts, &batch, counting, now_ms).await,
+        };
+        let verdict = window::decide(policy.limits(), &observed.counts, now_ms, cost, counting);
+        if !verdict.allowed && counting != Counting::Always {
+            let after_rollback = if observed.currents.is_empty() {
+                None
+            } else {
+                self.roll_back(&observed.currents, cost, now_ms).await
+            };
+            self.remember(near_key, policy, &observed.counts, after_rollback, cost, now_ms);
+        }
+        Ok(self.done(Decision::new(verdict, Source::Store)))
+    }
+
+    /// The store's work for one call: read the older counters and add
+    /// `cost` to the current ones (or, when nothing is counted, read them).
+    fn batch(layouts: &[Layout], cost: u64, counting: Counting, now_ms: u64) -> CounterBatch {
+        let mut batch = CounterBatch {
+            reads: Vec::new(),
+            adds: Vec::new(),
+            amount: cost,
+            now_ms,
+        };
+        for layout in layouts {
+            batch.reads.extend_from_slice(&layout.older);
+            if counting == Counting::Never {
+                batch.reads.push(layout.current);
+            } else {
+                batch.adds.push(layout.current);
+            }
+        }
+        batch
+    }
+
+    /// Each limit's counts before this request, from what a batch found.
+    fn observed(layouts: &[Layout], batch: &CounterBatch, found: BatchCounts) -> Observed {
+        let mut reads = found.read.into_iter();
+        let mut added = found.added.into_iter();
+        let adding = !batch.adds.is_empty();
+        let counts = layouts
+            .iter()
+            .map(|layout| {
+                let mut counts: Vec<u64> = reads.by_ref().take(layout.older.len()).collect();
+                counts.push(if adding {
+                    // The value after our addition, less our own cost: what
+                    // was counted before us, concurrent callers included.
+                    added.next().unwrap_or(batch.amount).saturating_sub(batch.amount)
+                } else {
+                    reads.next().unwrap_or(0)
+                });
+                counts
+            })
+            .collect();
+        Observed {
+            counts,
+            currents: batch.adds.clone(),
+        }
+    }
+
+    /// Take back a rejected request's increments. Returns each current
+    /// counter's value after, when known. The increment is never retried:
+    /// if this fails, the cost stays counted until the bucket expires, which
+    /// errs on the side of rejecting.
+    async fn roll_back(&self, currents: &[CounterKey], cost: u64, now_ms: u64) -> Option<Vec<Option<u64>>> {
+        match self.timed(self.store.subtract(currents, cost, now_ms)).await {
+            Ok(values) => Some(values),
+            Err(error) => {
+                self.metrics.rollback_failure();
+                tracing::warn!(%error, cost, "could not take back a rejected request's increment");
+                None
+            }
+        }
+    }
+
+    /// Remember a rejected key's counts in the near-cache, as lower bounds.
+    ///
+    /// A current count read by an increment can include increments of
+    /// concurrent requests that are themselves being rejected and rolled
+    /// back. Two bounds remove that excess: the value left after our own
+    /// rollback (others may have rolled back by then), and the ceiling, the
+    /// most that admitted requests can have left in the current bucket given
+    /// the older ones.
+    fn remember(
+        &self,
+        near_key: NearKey,
+        policy: &Policy,
+        counts: &[Vec<u64>],
+        after_rollback: Option<Vec<Option<u64>>>,
+        cost: u64,
+        now_ms: u64,
+    ) {
+        let lower_bounds: Vec<Vec<u64>> = policy
+            .limits()
+            .iter()
+            .zip(counts)
+            .enumerate()
+            .map(|(index, (limit, counts))| {
+                let mut bounds = counts.clone();
+                let ceiling = window::current_ceiling(*limit, counts, now_ms);
+                let rolled_back = after_rollback
+                    .as_ref()
+                    .and_then(|values| values.get(index).copied().flatten())
+                    .unwrap_or(u64::MAX);
+                if let Some(current) = bounds.last_mut() {
+                    *current = (*current).min(ceiling).min(rolled_back);
+                }
+                bounds
+            })
+            .collect();
+        let verdict = window::decide(policy.limits(), &lower_bounds, now_ms, cost, Counting::Never);
+        // Remember only what rejects on its own, for as long as it does.
+        let Some(lifetime) = verdict.retry_after_ms.filter(|_| !verdict.allowed) else {
+            return;
+        };
+        let seen = policy
+            .limits()
+            .iter()
+            .zip(lower_bounds)
+            .map(|(limit, counts)| Seen {
+                window: limit.window(),
+                bucket: limit.window().bucket_of(now_ms),
+                counts,
+            })
+            .collect();
+        self.near_cache
+            .remember(near_key, seen, Duration::from_millis(lifetime));
+    }
+
+    /// The store failed: the failure mode decides.
+    async fn fall_back(
+        &self,
+        error: StoreError,
+        policy: &Policy,
+        layouts: &[Layout],
+        batch: &CounterBatch,
+        counting: Counting,
+        now_ms: u64,
+    ) -> Result<Decision, CheckError> {
+        let cost = batch.amount;
+        match self.failure_mode {
+            FailureMode::Deny => {
+                self.metrics.decision(Source::Fallback, false);
+                Err(CheckError::StoreUnavailable(error))
+            }
+            FailureMode::Allow => {
+                // Counts are unknown: decide as if empty, which still refuses
+                // a cost no limit could ever admit.
+                let empty: Vec<Vec<u64>> = layouts
+                    .iter()
+                    .map(|layout| vec![0; layout.older.len() + 1])
+                    .collect();
+                let verdict = window::decide(policy.limits(), &empty, now_ms, cost, Counting::Never);
+                Ok(self.done(Decision::new(verdict, Source::Fallback)))
+            }
+            FailureMode::Local => {
+                // The in-memory store cannot fail; its calls are not store
+                // round trips, so they bypass `timed`.
+                let found = self
+                    .local
+                    .read_and_add(batch)
+                    .await
+                    .map_err(CheckError::StoreUnavailable)?;
+                let observed = Self::observed(layouts, batch, found);
+                let verdict = window::decide(policy.limits(), &observed.counts, now_ms, cost, counting);
+                if !verdict.allowed && !verdict.counted && !observed.currents.is_empty() {
+                    let _ = self.local.subtract(&observed.currents, cost, now_ms).await;
+                }
+                Ok(self.done(Decision::new(verdict, Source::Fallback)))
+            }
+        }
+    }
+
+    fn done(&self, decision: Decision) -> Decision {
+        self.metrics.decision(decision.source, decision.allowed);
+        decision
+    }
+
+    /// A store call under the timeout, with its outcome recorded. Logs only
+    /// when the store's health changes, so an outage under load is one line,
+    /// not one per request.
+    async fn timed<T>(&self, call: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
+        self.metrics.store_call();
+        let result = match tokio::time::timeout(self.timeout, call).await {
+            Ok(result) => result,
+            Err(_) => Err(StoreError::Timeout(self.timeout.as_millis() as u64)),
+        };
+        match &result {
+            Ok(_) => {
+                if !self.store_healthy.swap(true, Ordering::Relaxed) {
+                    tracing::info!(store = self.store.kind(), "store answers again");
+                }
+            }
+            Err(error) => {
+                self.metrics.store_error();
+                if self.store_healthy.swap(false, Ordering::Relaxed) {
+                    tracing::warn!(store = self.store.kind(), %error, mode = ?self.failure_mode, "store failing; the failure mode decides until it answers");
+                } else {
+                    tracing::debug!(store = self.store.kind(), %error, "store call failed");
+                }
+            }
+        }
+        result
+    }
+}

@@ -1,0 +1,172 @@
+//! The near-cache of hot rejects: what this instance last saw of a key that
+//! was rejected, so that the next requests for it can be rejected without a
+//! round trip to the store.
+//!
+//! An entry holds, per limit, counts that are at most the true counts (a
+//! lower bound) and the bucket they were read in. Other instances can only
+//! add to the counts, so if the remembered counts alone reject a request at
+//! the current time and cost, the store would reject it too. A cost-1
+//! request may still pass where a cost-5 one was refused: the entry is
+//! consulted with the request's own cost, and anything it does not reject
+//! goes to the store.
+//!
+//! Entries are bounded in number (moka evicts the least useful) and expire
+//! when their counts could no longer reject the request that created them.
+//! That expiry is only housekeeping: every lookup re-decides with the
+//! limiter's clock, so a stale entry can never reject wrongly.
+
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use moka::Expiry;
+use moka::sync::Cache;
+
+use crate::policy::{Policy, Window};
+use crate::store::KeyDigest;
+use crate::window;
+
+/// Which entry: the key (with its scope) and the windows of the policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct NearKey {
+    digest: KeyDigest,
+    windows: u64,
+}
+
+impl NearKey {
+    pub fn new(digest: KeyDigest, policy: &Policy) -> NearKey {
+        // A collision of this in-process hash is caught on lookup, where the
+        // entry's windows are compared with the policy's.
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        for limit in policy.limits() {
+            limit.window().hash(&mut hasher);
+        }
+        NearKey {
+            digest,
+            windows: hasher.finish(),
+        }
+    }
+}
+
+/// Counts of one limit, oldest first, read while `bucket` was current.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Seen {
+    pub window: Window,
+    pub bucket: u64,
+    pub counts: Vec<u64>,
+}
+
+struct Entry {
+    seen: Vec<Seen>,
+    lifetime: Duration,
+}
+
+struct UntilUseless;
+
+impl Expiry<NearKey, Arc<Entry>> for UntilUseless {
+    fn expire_after_create(&self, _: &NearKey, entry: &Arc<Entry>, _: Instant) -> Option<Duration> {
+        Some(entry.lifetime)
+    }
+
+    fn expire_after_update(
+        &self,
+        _: &NearKey,
+        entry: &Arc<Entry>,
+        _: Instant,
+        _: Option<Duration>,
+    ) -> Option<Duration> {
+        Some(entry.lifetime)
+    }
+}
+
+pub struct NearCache {
+    cache: Option<Cache<NearKey, Arc<Entry>>>,
+}
+
+impl NearCache {
+    /// A cache of at most `capacity` keys; 0 turns it off.
+    pub fn new(capacity: u64) -> NearCache {
+        let cache = (capacity > 0).then(|| {
+            Cache::builder()
+                .max_capacity(capacity)
+                .expire_after(UntilUseless)
+                .build()
+        });
+        NearCache { cache }
+    }
+
+    /// The remembered counts of each limit of `policy`, slid to `now_ms`;
+    /// `None` when nothing usable is remembered.
+    pub fn lower_bounds(&self, key: &NearKey, policy: &Policy, now_ms: u64) -> Option<Vec<Vec<u64>>> {
+        let entry = self.cache.as_ref()?.get(key)?;
+        if entry.seen.len() != policy.limits().len() {
+            return None;
+        }
+        policy
+            .limits()
+            .iter()
+            .zip(&entry.seen)
+            .map(|(limit, seen)| {
+                let window = limit.window();
+                if seen.window != window {
+                    return None;
+                }
+                window::slide(&seen.counts, seen.bucket, window.bucket_of(now_ms))
+            })
+            .collect()
+    }
+
+    /// Remember lower bounds of the counts for `lifetime`.
+    pub fn remember(&self, key: NearKey, seen: Vec<Seen>, lifetime: Duration) {
+        if let Some(cache) = &self.cache {
+            cache.insert(key, Arc::new(Entry { seen, lifetime }));
+        }
+    }
+
+    /// How many keys are remembered (approximately: moka counts lazily).
+    pub fn len(&self) -> u64 {
+        self.cache.as_ref().map_or(0, Cache::entry_count)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::Limit;
+
+    #[test]
+    fn remembered_counts_slide_with_time_and_check_windows() {
+        let per_minute = Limit::new(5, 60_000, 1).unwrap();
+        let policy = Policy::new("api", vec![per_minute]).unwrap();
+        let cache = NearCache::new(10);
+        let key = NearKey::new(KeyDigest::of("api", "k"), &policy);
+        assert_eq!(cache.lower_bounds(&key, &policy, 0), None);
+
+        let seen = Seen {
+            window: per_minute.window(),
+            bucket: 10,
+            counts: vec![2, 5],
+        };
+        cache.remember(key, vec![seen], Duration::from_secs(60));
+        assert_eq!(cache.lower_bounds(&key, &policy, 600_000), Some(vec![vec![2, 5]]));
+        assert_eq!(cache.lower_bounds(&key, &policy, 660_000), Some(vec![vec![5, 0]]));
+        assert_eq!(cache.lower_bounds(&key, &policy, 599_999), None, "clock went back");
+
+        // Same key and windows hash, but another precision: not usable.
+        let finer = Policy::new("api", vec![per_minute.with_precision(2).unwrap()]).unwrap();
+        assert_eq!(cache.lower_bounds(&key, &finer, 600_000), None);
+    }
+
+    #[test]
+    fn capacity_zero_remembers_nothing() {
+        let policy = Policy::new("api", vec![Limit::new(5, 1000, 1).unwrap()]).unwrap();
+        let cache = NearCache::new(0);
+        let key = NearKey::new(KeyDigest::of("api", "k"), &policy);
+        cache.remember(key, vec![], Duration::from_secs(1));
+        assert_eq!(cache.lower_bounds(&key, &policy, 0), None);
+    }
+}
