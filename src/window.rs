@@ -88,14 +88,14 @@ pub fn retry_after_ms(limit: Limit, counts: &[u64], now_ms: u64, cost: u64) -> O
     }
     let bucket = u128::from(limit.window().bucket_ms());
     let elapsed = u128::from(now_ms) % bucket;
+    // The counters after the oldest, summed once and shed one per boundary
+    // crossed, keep this linear in the precision.
+    let mut full: u128 = counts.iter().skip(1).map(|&count| u128::from(count)).sum();
     for crossed in 0..=counts.len() {
         let oldest = u128::from(counts.get(crossed).copied().unwrap_or(0));
-        let full: u128 = counts
-            .get(crossed + 1..)
-            .unwrap_or(&[])
-            .iter()
-            .map(|&count| u128::from(count))
-            .sum();
+        if crossed > 0 {
+            full -= oldest;
+        }
         let needed = full + u128::from(cost);
         let Some(room) = u128::from(limit.limit()).checked_sub(needed) else {
             continue;
@@ -153,6 +153,9 @@ pub struct LimitState {
     pub estimate: Estimate,
     /// `max(0, floor(limit - estimate))`.
     pub remaining: u64,
+    /// How long until this limit admits one more unit: 0 while `remaining`
+    /// is above 0 (the `t` of the `RateLimit` header).
+    pub next_unit_ms: u64,
 }
 
 /// The decision for one request over every limit of a policy.
@@ -212,10 +215,18 @@ pub fn decide(
             let this_limit = retry_after_ms(*limit, &after, now_ms, cost);
             wait = wait.zip(this_limit).map(|(a, b)| a.max(b));
         }
+        let remaining = estimate.remaining(limit.limit());
+        let next_unit_ms = if remaining > 0 {
+            0
+        } else {
+            // A limit is at least 1, so one unit always fits eventually.
+            retry_after_ms(*limit, &after, now_ms, 1).unwrap_or(0)
+        };
         states.push(LimitState {
             limit: *limit,
             estimate,
-            remaining: estimate.remaining(limit.limit()),
+            remaining,
+            next_unit_ms,
         });
     }
     Verdict {
@@ -285,6 +296,7 @@ mod tests {
         assert!(!verdict.allowed && !verdict.counted);
         assert_eq!(verdict.limits[0].estimate.as_f64(), 5.0);
         assert_eq!(verdict.remaining(), 0);
+        assert_eq!(verdict.limits[0].next_unit_ms, 42_000);
         // The 5 become the previous bucket at the next minute and must decay
         // to 4: 5 * (1 - f) <= 4 at f = 0.2, 12 s into it, 42 s from now.
         assert_eq!(verdict.retry_after_ms, Some(42_000));
