@@ -171,8 +171,10 @@ impl<S: Store> LimiterBuilder<S> {
 }
 
 /// The counters one call touches, per limit: the older buckets, oldest
-/// first, and the current one.
+/// first, and the current one. Buckets before the epoch do not exist (only a
+/// manual clock gets that close to 1970): they are not read, and count 0.
 struct Layout {
+    before_epoch: usize,
     older: Vec<CounterKey>,
     current: CounterKey,
 }
@@ -180,19 +182,26 @@ struct Layout {
 fn layout(digest: KeyDigest, limit: &Limit, now_ms: u64) -> Layout {
     let window = limit.window();
     let current = window.bucket_of(now_ms);
-    let precision = u64::from(window.precision());
     let counter = |bucket| CounterKey {
         digest,
         window,
         bucket,
     };
+    let older: Vec<CounterKey> = (1..=u64::from(window.precision()))
+        .rev()
+        .filter_map(|back| current.checked_sub(back).map(counter))
+        .collect();
     Layout {
-        // Buckets before the epoch do not exist; they read as 0 anyway.
-        older: (1..=precision)
-            .rev()
-            .map(|back| counter(current.saturating_sub(back)))
-            .collect(),
+        before_epoch: window.precision() as usize - older.len(),
+        older,
         current: counter(current),
+    }
+}
+
+impl Layout {
+    /// Counters of this limit, the ones before the epoch included.
+    fn len(&self) -> usize {
+        self.before_epoch + self.older.len() + 1
     }
 }
 
@@ -337,7 +346,8 @@ impl<S: Store> Limiter<S> {
         let counts = layouts
             .iter()
             .map(|layout| {
-                let mut counts: Vec<u64> = reads.by_ref().take(layout.older.len()).collect();
+                let mut counts = vec![0; layout.before_epoch];
+                counts.extend(reads.by_ref().take(layout.older.len()));
                 counts.push(if adding {
                     // The value after our addition, less our own cost: what
                     // was counted before us, concurrent callers included.
@@ -442,10 +452,7 @@ impl<S: Store> Limiter<S> {
             FailureMode::Allow => {
                 // Counts are unknown: decide as if empty, which still refuses
                 // a cost no limit could ever admit.
-                let empty: Vec<Vec<u64>> = layouts
-                    .iter()
-                    .map(|layout| vec![0; layout.older.len() + 1])
-                    .collect();
+                let empty: Vec<Vec<u64>> = layouts.iter().map(|layout| vec![0; layout.len()]).collect();
                 let verdict = window::decide(policy.limits(), &empty, now_ms, cost, Counting::Never);
                 Ok(self.done(Decision::new(verdict, Source::Fallback)))
             }
