@@ -215,6 +215,47 @@ fn is_valid_name(name: &str) -> bool {
             .all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'_' | b'-' | b'.'))
 }
 
+/// A limit as a client or a config file writes it:
+/// `{"limit": 10, "window": "1s"}`, or `window_ms` instead of `window`,
+/// with an optional `precision`.
+#[derive(Clone, Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a limit object such as {\"limit\": 10, \"window\": \"1s\"}")]
+pub struct LimitSpec {
+    pub limit: Option<u64>,
+    pub window: Option<String>,
+    pub window_ms: Option<u64>,
+    pub precision: Option<u32>,
+}
+
+/// What is wrong with a [`LimitSpec`]: the field (`limit`, `window`, ...) and
+/// the reason, for messages like `limits[0].window: ...`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SpecError {
+    pub field: &'static str,
+    pub message: String,
+}
+
+impl LimitSpec {
+    pub fn to_limit(&self) -> Result<Limit, SpecError> {
+        let error = |field, message: String| SpecError { field, message };
+        let window_ms = match (&self.window, self.window_ms) {
+            (Some(_), Some(_)) => {
+                return Err(error("window", "give window or window_ms, not both".into()));
+            }
+            (None, None) => return Err(error("window", "is required (or window_ms)".into())),
+            (Some(text), None) => parse_duration_ms(text).map_err(|message| error("window", message))?,
+            (None, Some(ms)) => ms,
+        };
+        let field_of = |limit_error: &LimitError| match limit_error.field() {
+            "window" if self.window.is_none() => "window_ms",
+            field => field,
+        };
+        let limit = self.limit.ok_or_else(|| error("limit", "is required".into()))?;
+        Limit::new(limit, window_ms, self.precision.unwrap_or(1))
+            .map_err(|limit_error| error(field_of(&limit_error), limit_error.to_string()))
+    }
+}
+
 /// Parse a window length such as `250ms`, `1s`, `10m`, `1h` or `1d`.
 pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
     let split = text
@@ -259,6 +300,29 @@ impl fmt::Display for DisplayMs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn limit_specs_name_the_bad_field() {
+        let spec = |limit, window: Option<&str>, window_ms, precision| LimitSpec {
+            limit,
+            window: window.map(str::to_owned),
+            window_ms,
+            precision,
+        };
+        assert_eq!(
+            spec(Some(10), Some("10m"), None, Some(10)).to_limit(),
+            Limit::new(10, 600_000, 10).map_err(|_| unreachable!())
+        );
+        assert!(spec(Some(10), None, Some(250), None).to_limit().is_ok());
+        let field = |spec: LimitSpec| spec.to_limit().unwrap_err().field;
+        assert_eq!(field(spec(None, Some("1s"), None, None)), "limit");
+        assert_eq!(field(spec(Some(0), Some("1s"), None, None)), "limit");
+        assert_eq!(field(spec(Some(1), None, None, None)), "window");
+        assert_eq!(field(spec(Some(1), Some("1s"), Some(1000), None)), "window");
+        assert_eq!(field(spec(Some(1), Some("soon"), None, None)), "window");
+        assert_eq!(field(spec(Some(1), None, Some(0), None)), "window_ms");
+        assert_eq!(field(spec(Some(1), Some("1s"), None, Some(7))), "precision");
+    }
 
     #[test]
     fn durations_parse_and_print_back() {
