@@ -121,6 +121,34 @@ pub trait Store: Send + Sync + 'static {
     fn kind(&self) -> &'static str;
 }
 
+/// A shared store: several limiters (say, with different failure modes) can
+/// count into one.
+impl<S: Store> Store for std::sync::Arc<S> {
+    fn read_and_add(
+        &self,
+        batch: &CounterBatch,
+    ) -> impl Future<Output = Result<BatchCounts, StoreError>> + Send {
+        (**self).read_and_add(batch)
+    }
+
+    fn subtract(
+        &self,
+        counters: &[CounterKey],
+        amount: u64,
+        now_ms: u64,
+    ) -> impl Future<Output = Result<Vec<Option<u64>>, StoreError>> + Send {
+        (**self).subtract(counters, amount, now_ms)
+    }
+
+    fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).ping()
+    }
+
+    fn kind(&self) -> &'static str {
+        (**self).kind()
+    }
+}
+
 /// A store failure. Being over a limit is never an error; this is only the
 /// store not answering as it should.
 #[derive(Debug, thiserror::Error)]

@@ -1,0 +1,332 @@
+//! One behaviour suite, run against every store: the in-memory store and a
+//! real memcached started by the harness. Each behaviour is an `async fn`
+//! generic over the store; `behaviour_suite!` makes a test of it per store.
+//!
+//! Time is a manual clock placed at known offsets from the start of today
+//! (UTC), so bucket boundaries fall where the numbers below expect.
+
+mod common;
+
+use std::time::Duration;
+
+use slidegate::{CheckError, Limit, Limiter, ManualClock, Policy, Source, Store};
+
+macro_rules! behaviour_suite {
+    ($($case:ident),* $(,)?) => {
+        mod memory {
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    super::$case(slidegate::MemoryStore::new()).await;
+                }
+            )*
+        }
+        mod memcached {
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    super::$case(super::common::memcached_store().await).await;
+                }
+            )*
+        }
+    };
+}
+
+behaviour_suite!(
+    admits_up_to_the_limit_then_rejects,
+    rejected_requests_are_not_counted,
+    previous_bucket_is_weighted,
+    sub_buckets_and_reports_follow_the_worked_example,
+    several_limits_count_only_if_all_admit,
+    peek_counts_nothing,
+    report_counts_even_over_the_limit,
+    smaller_cost_passes_where_a_larger_one_was_refused,
+    cost_above_every_chance_is_refused_and_not_counted,
+    counter_identity_is_scope_key_window_precision,
+    any_key_maps_to_its_own_counters,
+    invalid_keys_and_costs_are_errors,
+    near_cache_answers_hot_rejects_without_the_store,
+    concurrent_checks_admit_exactly_the_limit,
+    windows_over_thirty_days_keep_their_counts,
+);
+
+const MINUTE: u64 = 60_000;
+
+fn limit(limit: u64, window_ms: u64, precision: u32) -> Limit {
+    Limit::new(limit, window_ms, precision).unwrap()
+}
+
+fn policy(name: &str, limits: &[Limit]) -> Policy {
+    Policy::new(name, limits.to_vec()).unwrap()
+}
+
+/// A limiter on `store` with a manual clock `offset_ms` into today.
+fn limiter<S: Store>(store: S, offset_ms: u64) -> (Limiter<S>, ManualClock) {
+    let clock = ManualClock::new(common::today_ms() + offset_ms);
+    let limiter = Limiter::builder(store)
+        .clock(clock.clone())
+        .timeout(Duration::from_secs(2))
+        .build();
+    (limiter, clock)
+}
+
+fn estimates(decision: &slidegate::Decision) -> Vec<f64> {
+    decision.limits.iter().map(|state| state.estimate.as_f64()).collect()
+}
+
+async fn admits_up_to_the_limit_then_rejects<S: Store>(store: S) {
+    let (limiter, _) = limiter(store, 30_000);
+    let api = policy("api", &[limit(5, MINUTE, 1)]);
+    for expected_remaining in (0..5).rev() {
+        let decision = limiter.check("client-42", &api, 1).await.unwrap();
+        assert!(decision.allowed && decision.counted);
+        assert_eq!(decision.source, Source::Store);
+        assert_eq!(decision.remaining(), expected_remaining);
+        assert_eq!(decision.retry_after_ms, Some(0));
+    }
+    let rejected = limiter.check("client-42", &api, 1).await.unwrap();
+    assert!(!rejected.allowed && !rejected.counted);
+    assert_eq!(rejected.source, Source::Store);
+    assert_eq!(estimates(&rejected), [5.0]);
+    // Half a minute in: the 5 become the previous bucket in 30 s and must
+    // decay to 4, 12 s into that minute.
+    assert_eq!(rejected.retry_after_ms, Some(42_000));
+}
+
+async fn rejected_requests_are_not_counted<S: Store>(store: S) {
+    let (limiter, clock) = limiter(store, 30_000);
+    let api = policy("api", &[limit(5, MINUTE, 1)]);
+    for _ in 0..5 {
+        assert!(limiter.check("k", &api, 1).await.unwrap().allowed);
+    }
+    for _ in 0..20 {
+        assert!(!limiter.check("k", &api, 1).await.unwrap().allowed);
+    }
+    assert_eq!(estimates(&limiter.peek("k", &api, 1).await.unwrap()), [5.0]);
+
+    clock.advance(Duration::from_millis(42_000 - 1));
+    assert!(!limiter.check("k", &api, 1).await.unwrap().allowed);
+    clock.advance(Duration::from_millis(1));
+    let decision = limiter.check("k", &api, 1).await.unwrap();
+    assert!(decision.allowed, "waiting exactly retry_after_ms admits");
+    assert_eq!(decision.source, Source::Store);
+    assert_eq!(estimates(&decision), [5.0]);
+}
+
+async fn previous_bucket_is_weighted<S: Store>(store: S) {
+    let (limiter, clock) = limiter(store, 0);
+    let api = policy("api", &[limit(10, MINUTE, 1)]);
+    for _ in 0..4 {
+        limiter.check("k", &api, 1).await.unwrap();
+    }
+    // A quarter into the next minute, the 4 weigh 3.
+    clock.advance(Duration::from_millis(MINUTE + 15_000));
+    let decision = limiter.peek("k", &api, 1).await.unwrap();
+    assert_eq!(estimates(&decision), [3.0]);
+    assert_eq!(decision.remaining(), 7);
+    let decision = limiter.check("k", &api, 7).await.unwrap();
+    assert!(decision.allowed);
+    assert_eq!(estimates(&decision), [10.0]);
+    // Two windows on, nothing is left.
+    clock.advance(Duration::from_millis(2 * MINUTE));
+    assert_eq!(estimates(&limiter.peek("k", &api, 1).await.unwrap()), [0.0]);
+}
+
+async fn sub_buckets_and_reports_follow_the_worked_example<S: Store>(store: S) {
+    // 100 per 10 s in 5 sub-buckets of 2 s: counts 20, 10, 10, 10, 10, 30.
+    let (limiter, clock) = limiter(store, 0);
+    let api = policy("api", &[limit(100, 10_000, 5)]);
+    for cost in [20, 10, 10, 10, 10] {
+        let report = limiter.report("k", &api, cost).await.unwrap();
+        assert!(report.allowed && report.counted);
+        clock.advance(Duration::from_millis(2_000));
+    }
+    limiter.report("k", &api, 30).await.unwrap();
+    // 30% into the current sub-bucket: 20 * 0.7 + 40 + 30 = 84.
+    clock.advance(Duration::from_millis(600));
+    assert_eq!(estimates(&limiter.peek("k", &api, 1).await.unwrap()), [84.0]);
+    let refused = limiter.check("k", &api, 17).await.unwrap();
+    assert!(!refused.allowed);
+    assert_eq!(refused.retry_after_ms, Some(100));
+    let admitted = limiter.check("k", &api, 16).await.unwrap();
+    assert!(admitted.allowed);
+    assert_eq!(estimates(&admitted), [100.0]);
+}
+
+async fn several_limits_count_only_if_all_admit<S: Store>(store: S) {
+    let (limiter, clock) = limiter(store, 500);
+    let api = policy("api", &[limit(2, 1_000, 1), limit(3, MINUTE, 1)]);
+    assert!(limiter.check("k", &api, 1).await.unwrap().allowed);
+    assert!(limiter.check("k", &api, 1).await.unwrap().allowed);
+    let refused = limiter.check("k", &api, 1).await.unwrap();
+    assert!(!refused.allowed);
+    assert_eq!(estimates(&refused), [2.0, 2.0], "the minute limit did not count it");
+
+    clock.advance(Duration::from_millis(2_000));
+    let third = limiter.check("k", &api, 1).await.unwrap();
+    assert!(third.allowed);
+    assert_eq!(estimates(&third), [1.0, 3.0]);
+    clock.advance(Duration::from_millis(2_000));
+    let refused = limiter.check("k", &api, 1).await.unwrap();
+    assert!(!refused.allowed, "now the minute limit refuses");
+    assert_eq!(estimates(&refused), [0.0, 3.0]);
+}
+
+async fn peek_counts_nothing<S: Store>(store: S) {
+    let (limiter, _) = limiter(store, 0);
+    let api = policy("api", &[limit(3, MINUTE, 1)]);
+    for _ in 0..10 {
+        let peek = limiter.peek("k", &api, 1).await.unwrap();
+        assert!(peek.allowed && !peek.counted);
+        assert_eq!(estimates(&peek), [0.0]);
+    }
+    assert_eq!(estimates(&limiter.check("k", &api, 3).await.unwrap()), [3.0]);
+    let peek = limiter.peek("k", &api, 1).await.unwrap();
+    assert!(!peek.allowed, "a peek gives the check's verdict");
+    assert_eq!(peek.retry_after_ms, Some(MINUTE + MINUTE / 3));
+}
+
+async fn report_counts_even_over_the_limit<S: Store>(store: S) {
+    let (limiter, _) = limiter(store, 0);
+    let api = policy("api", &[limit(3, MINUTE, 1)]);
+    let report = limiter.report("k", &api, 2).await.unwrap();
+    assert!(report.allowed && report.counted);
+    let report = limiter.report("k", &api, 5).await.unwrap();
+    assert!(!report.allowed && report.counted, "counted, and says the counts are over");
+    assert_eq!(estimates(&report), [7.0]);
+    assert!(!limiter.check("k", &api, 1).await.unwrap().allowed);
+}
+
+async fn smaller_cost_passes_where_a_larger_one_was_refused<S: Store>(store: S) {
+    let (limiter, _) = limiter(store, 0);
+    let api = policy("api", &[limit(10, MINUTE, 1)]);
+    assert!(limiter.check("k", &api, 8).await.unwrap().allowed);
+    let refused = limiter.check("k", &api, 5).await.unwrap();
+    assert_eq!((refused.allowed, refused.source), (false, Source::Store));
+    let refused = limiter.check("k", &api, 5).await.unwrap();
+    assert_eq!((refused.allowed, refused.source), (false, Source::NearCache));
+    let admitted = limiter.check("k", &api, 2).await.unwrap();
+    assert_eq!((admitted.allowed, admitted.source), (true, Source::Store));
+    assert_eq!(estimates(&admitted), [10.0]);
+}
+
+async fn cost_above_every_chance_is_refused_and_not_counted<S: Store>(store: S) {
+    let (limiter, _) = limiter(store, 0);
+    let api = policy("api", &[limit(10, MINUTE, 1), limit(3, 1_000, 1)]);
+    let refused = limiter.check("k", &api, 4).await.unwrap();
+    assert!(!refused.allowed && !refused.counted);
+    assert_eq!(refused.retry_after_ms, None);
+    assert_eq!(estimates(&limiter.peek("k", &api, 1).await.unwrap()), [0.0, 0.0]);
+}
+
+async fn counter_identity_is_scope_key_window_precision<S: Store>(store: S) {
+    let (limiter, _) = limiter(store, 0);
+    let five = limit(5, MINUTE, 1);
+    limiter.check("k", &policy("api", &[five]), 3).await.unwrap();
+    let seen = |policy: Policy, key: &'static str| {
+        let limiter = &limiter;
+        async move { estimates(&limiter.peek(key, &policy, 1).await.unwrap())[0] }
+    };
+    // Raising the limit keeps the counts.
+    assert_eq!(seen(policy("api", &[limit(50, MINUTE, 1)]), "k").await, 3.0);
+    // Another key, scope, window or precision is another counter.
+    assert_eq!(seen(policy("api", &[five]), "k2").await, 0.0);
+    assert_eq!(seen(policy("other", &[five]), "k").await, 0.0);
+    assert_eq!(seen(Policy::inline(vec![five]).unwrap(), "k").await, 0.0);
+    assert_eq!(seen(policy("api", &[limit(5, 2 * MINUTE, 1)]), "k").await, 0.0);
+    assert_eq!(seen(policy("api", &[limit(5, MINUTE, 2)]), "k").await, 0.0);
+    // Inline limits share the `inline` scope across requests.
+    limiter.check("k", &Policy::inline(vec![limit(9, MINUTE, 1)]).unwrap(), 2).await.unwrap();
+    assert_eq!(seen(Policy::inline(vec![five]).unwrap(), "k").await, 2.0);
+}
+
+async fn any_key_maps_to_its_own_counters<S: Store>(store: S) {
+    let (limiter, _) = limiter(store, 0);
+    let once = policy("api", &[limit(1, MINUTE, 1)]);
+    limiter.check("victim", &once, 1).await.unwrap();
+    let long = "x".repeat(1024);
+    let keys = [
+        "a b",
+        "a\r\nb",
+        "a\nb",
+        "flush_all",
+        "k\r\nflush_all\r\n",
+        "mg victim v\r\n",
+        "ключ 🔑",
+        "\0",
+        "a:b:c",
+        "*",
+        long.as_str(),
+    ];
+    for key in keys {
+        assert!(limiter.check(key, &once, 1).await.unwrap().allowed, "{key:?}");
+    }
+    for key in keys {
+        assert!(!limiter.check(key, &once, 1).await.unwrap().allowed, "{key:?}");
+    }
+    assert_eq!(estimates(&limiter.peek("victim", &once, 1).await.unwrap()), [1.0]);
+    assert_eq!(estimates(&limiter.peek("a b ", &once, 1).await.unwrap()), [0.0]);
+}
+
+async fn invalid_keys_and_costs_are_errors<S: Store>(store: S) {
+    let (limiter, _) = limiter(store, 0);
+    let api = policy("api", &[limit(5, MINUTE, 1)]);
+    let too_long = "x".repeat(1025);
+    for key in ["", too_long.as_str()] {
+        assert!(matches!(limiter.check(key, &api, 1).await, Err(CheckError::InvalidKey(_))));
+    }
+    for cost in [0, slidegate::policy::MAX_AMOUNT + 1] {
+        assert!(matches!(limiter.check("k", &api, cost).await, Err(CheckError::InvalidCost(_))));
+    }
+}
+
+async fn near_cache_answers_hot_rejects_without_the_store<S: Store>(store: S) {
+    let (limiter, clock) = limiter(store, 30_000);
+    let api = policy("api", &[limit(5, MINUTE, 1)]);
+    for _ in 0..6 {
+        limiter.check("hot", &api, 1).await.unwrap();
+    }
+    let calls = limiter.metrics().store_calls;
+    for _ in 0..100 {
+        let decision = limiter.check("hot", &api, 1).await.unwrap();
+        assert_eq!((decision.allowed, decision.source), (false, Source::NearCache));
+        assert_eq!(decision.retry_after_ms, Some(42_000));
+    }
+    assert_eq!(limiter.metrics().store_calls, calls, "hot rejects touched the store");
+    assert_eq!(limiter.metrics().near_cache_hits(), 100);
+    // Other keys and peeks of other policies are not affected.
+    assert!(limiter.check("cold", &api, 1).await.unwrap().allowed);
+    // When the remembered counts no longer reject, the store decides again.
+    clock.advance(Duration::from_millis(42_000));
+    let decision = limiter.check("hot", &api, 1).await.unwrap();
+    assert_eq!((decision.allowed, decision.source), (true, Source::Store));
+}
+
+async fn concurrent_checks_admit_exactly_the_limit<S: Store>(store: S) {
+    let (limiter, _) = limiter(store, 30_000);
+    let limiter = std::sync::Arc::new(limiter);
+    let api = std::sync::Arc::new(policy("api", &[limit(5, MINUTE, 1)]));
+    let tasks: Vec<_> = (0..100)
+        .map(|_| {
+            let (limiter, api) = (limiter.clone(), api.clone());
+            tokio::spawn(async move { limiter.check("k", &api, 1).await.unwrap().allowed })
+        })
+        .collect();
+    let mut admitted = 0;
+    for task in tasks {
+        admitted += usize::from(task.await.unwrap());
+    }
+    assert_eq!(admitted, 5);
+    assert_eq!(estimates(&limiter.peek("k", &api, 1).await.unwrap()), [5.0]);
+}
+
+async fn windows_over_thirty_days_keep_their_counts<S: Store>(store: S) {
+    // A bucket of a 40-day window must live 80 days: Memcached takes such a
+    // TTL only as an absolute time, and a relative one would expire at once.
+    let (limiter, _) = limiter(store, 0);
+    let api = policy("api", &[limit(2, 40 * 86_400_000, 1)]);
+    assert!(limiter.check("k", &api, 2).await.unwrap().allowed);
+    let refused = limiter.check("k", &api, 1).await.unwrap();
+    assert!(!refused.allowed, "the counter vanished");
+    assert_eq!(refused.source, Source::Store);
+}

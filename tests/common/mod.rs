@@ -1,0 +1,263 @@
+//! Test harness: real `memcached` servers on loopback, started (and, when
+//! missing, installed) by the tests themselves, a counting proxy, and
+//! helpers shared by the test files.
+//!
+//! Each test binary uses only part of this module.
+#![allow(dead_code)]
+
+pub mod http;
+pub mod proxy;
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use slidegate::{MemcachedOptions, MemcachedStore};
+
+/// A memcached process on 127.0.0.1, killed when dropped (and, through
+/// PR_SET_PDEATHSIG, when the thread that started it ends, so a test
+/// process that dies never leaves one behind).
+pub struct Memcached {
+    child: Option<Child>,
+    pub port: u16,
+}
+
+impl Memcached {
+    /// Start a memcached on a free loopback port.
+    pub fn start() -> Memcached {
+        let binary = memcached_binary();
+        let mut last_error = String::new();
+        // The port is free when asked for but may be taken before memcached
+        // binds it: try a few.
+        for _ in 0..5 {
+            let port = free_port();
+            match spawn(binary, port) {
+                Ok(child) => {
+                    return Memcached {
+                        child: Some(child),
+                        port,
+                    };
+                }
+                Err(error) => last_error = error,
+            }
+        }
+        panic!("could not start memcached: {last_error}");
+    }
+
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Stop the server, as an outage would.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Start it again on the same port, empty.
+    pub fn restart(&mut self) {
+        self.kill();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match spawn(memcached_binary(), self.port) {
+                Ok(child) => {
+                    self.child = Some(child);
+                    return;
+                }
+                // The old socket may linger for a moment.
+                Err(error) if Instant::now() > deadline => panic!("could not restart memcached: {error}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+
+    /// Send raw protocol text and read until `terminator` ends the answer.
+    pub fn raw(&self, request: &str, terminator: &str) -> String {
+        let mut stream = TcpStream::connect(self.addr()).expect("connect to memcached");
+        stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        stream.write_all(request.as_bytes()).unwrap();
+        let mut reader = BufReader::new(stream);
+        let mut answer = String::new();
+        while !answer.ends_with(terminator) {
+            let mut line = String::new();
+            if reader.read_line(&mut line).unwrap() == 0 {
+                break;
+            }
+            answer.push_str(&line);
+        }
+        answer
+    }
+
+    /// The server's `stats`, as name → value.
+    pub fn stats(&self) -> std::collections::HashMap<String, u64> {
+        self.raw("stats\r\n", "END\r\n")
+            .lines()
+            .filter_map(|line| {
+                let mut fields = line.strip_prefix("STAT ")?.split(' ');
+                let name = fields.next()?.to_owned();
+                Some((name, fields.next()?.parse().ok()?))
+            })
+            .collect()
+    }
+
+    /// Commands that touched items: reads, increments, decrements.
+    pub fn item_commands(&self) -> u64 {
+        let stats = self.stats();
+        ["cmd_get", "cmd_set", "incr_hits", "incr_misses", "decr_hits", "decr_misses", "cmd_touch"]
+            .iter()
+            .map(|name| stats.get(*name).copied().unwrap_or(0))
+            .sum()
+    }
+}
+
+impl Drop for Memcached {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// One memcached shared by every test of a binary. Started from a thread
+/// that never ends, so PR_SET_PDEATHSIG fires only when the process exits.
+pub fn shared_memcached() -> &'static Memcached {
+    static SHARED: OnceLock<Memcached> = OnceLock::new();
+    SHARED.get_or_init(|| {
+        let (sender, receiver) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            sender.send(Memcached::start()).unwrap();
+            loop {
+                std::thread::park();
+            }
+        });
+        receiver.recv().expect("memcached starter thread")
+    })
+}
+
+/// A namespace no other test (or earlier run) uses, so tests sharing a
+/// memcached cannot see each other's counters.
+pub fn unique_namespace() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos();
+    format!("t{}-{}-{}", std::process::id(), nanos % 1_000_000_000_000, NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+pub fn memcached_options(servers: Vec<String>) -> MemcachedOptions {
+    MemcachedOptions {
+        servers,
+        namespace: unique_namespace(),
+        // Generous: tests share two cores with the compiler and each other;
+        // the default (50 ms) is exercised by the failure tests.
+        timeout: Duration::from_millis(2_000),
+        ..MemcachedOptions::default()
+    }
+}
+
+/// A store on the shared memcached, in a fresh namespace.
+pub async fn memcached_store() -> MemcachedStore {
+    MemcachedStore::connect(&memcached_options(vec![shared_memcached().addr()]))
+        .await
+        .expect("connect to the test memcached")
+}
+
+/// The start of the current UTC day, in ms: tests place their manual clocks
+/// at known offsets from it, so bucket boundaries fall where they expect,
+/// while absolute Memcached expiry times stay in the future.
+pub fn today_ms() -> u64 {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64;
+    now - now % 86_400_000
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|addr| addr.port())
+        .expect("a free loopback port")
+}
+
+fn spawn(binary: &Path, port: u16) -> Result<Child, String> {
+    let mut command = Command::new(binary);
+    command
+        .args(["-l", "127.0.0.1", "-p", &port.to_string(), "-U", "0", "-m", "64", "-t", "2"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    // memcached refuses to run as root unless told which user to be.
+    if unsafe { libc::geteuid() } == 0 {
+        command.args(["-u", "root"]);
+    }
+    // SAFETY: prctl is async-signal-safe; it asks the kernel to kill the
+    // child when the thread that spawned it exits.
+    unsafe {
+        command.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    let mut child = command.spawn().map_err(|error| format!("{}: {error}", binary.display()))?;
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            let mut stderr = String::new();
+            if let Some(mut pipe) = child.stderr.take() {
+                let _ = std::io::Read::read_to_string(&mut pipe, &mut stderr);
+            }
+            return Err(format!("memcached exited ({status}): {stderr}"));
+        }
+        if TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_ok() {
+            return Ok(child);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            return Err("memcached did not listen within 10 s".to_owned());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The memcached binary, installed with apt-get when missing (we run as
+/// root on the CI machines). A file lock keeps parallel test binaries from
+/// running apt-get at once.
+fn memcached_binary() -> &'static Path {
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    BINARY.get_or_init(|| {
+        if let Some(found) = find_memcached() {
+            return found;
+        }
+        let lock = std::fs::File::create(std::env::temp_dir().join("slidegate-memcached-install.lock"))
+            .expect("create the install lock file");
+        lock.lock().expect("take the install lock");
+        if let Some(found) = find_memcached() {
+            return found;
+        }
+        eprintln!("memcached is not installed: running apt-get install -y memcached");
+        let install = || {
+            Command::new("apt-get")
+                .args(["install", "-y", "-q", "memcached"])
+                .env("DEBIAN_FRONTEND", "noninteractive")
+                .status()
+                .is_ok_and(|status| status.success())
+        };
+        if !install() {
+            let _ = Command::new("apt-get").args(["update", "-q"]).status();
+            install();
+        }
+        find_memcached().expect(
+            "memcached is missing and `apt-get install -y memcached` did not install it; install it and run the tests again",
+        )
+    })
+}
+
+fn find_memcached() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/bin".into(), "/usr/sbin".into(), "/usr/local/bin".into()])
+        .map(|dir| dir.join("memcached"))
+        .find(|candidate| candidate.is_file())
+}
