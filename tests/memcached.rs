@@ -1,0 +1,272 @@
+//! What only the Memcached store has: round trips, TTLs on the wire, keys on
+//! the wire, routing over several servers, and outages.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::Memcached;
+use common::proxy::CountingProxy;
+use slidegate::store::KeyDigest;
+use slidegate::store::memcached::DigestRendezvous;
+use slidegate::store::{CounterKey, Store};
+use slidegate::{
+    CheckError, FailureMode, Limit, Limiter, ManualClock, MemcachedStore, Policy, Source,
+};
+
+const MINUTE: u64 = 60_000;
+
+fn policy(limits: &[(u64, u64, u32)]) -> Policy {
+    let limits = limits
+        .iter()
+        .map(|&(limit, window_ms, precision)| Limit::new(limit, window_ms, precision).unwrap())
+        .collect();
+    Policy::new("api", limits).unwrap()
+}
+
+async fn store_at(servers: Vec<String>) -> MemcachedStore {
+    MemcachedStore::connect(&common::memcached_options(servers))
+        .await
+        .unwrap()
+}
+
+/// Round trips counted by a proxy between the store and memcached, and what
+/// memcached itself saw (`stats`): an admitted check is one round trip, the
+/// first reject two (the rollback), a hot reject none at all.
+#[tokio::test]
+async fn round_trips_per_call() {
+    let memcached = Memcached::start();
+    let proxy = CountingProxy::start(memcached.addr()).await;
+    let clock = ManualClock::new(common::today_ms() + 30_000);
+    let limiter = Limiter::builder(store_at(vec![proxy.addr.clone()]).await)
+        .clock(clock)
+        .timeout(Duration::from_secs(2))
+        .build();
+    let api = policy(&[(3, MINUTE, 1)]);
+
+    let before = (proxy.round_trips(), memcached.stats());
+    assert!(limiter.check("k", &api, 1).await.unwrap().allowed);
+    let after = memcached.stats();
+    assert_eq!(proxy.round_trips() - before.0, 1, "admitted check");
+    assert_eq!(after["cmd_get"] - before.1["cmd_get"], 1, "one read: the previous bucket");
+
+    limiter.check("k", &api, 2).await.unwrap();
+    let before = proxy.round_trips();
+    let first_reject = limiter.check("k", &api, 1).await.unwrap();
+    assert_eq!(first_reject.source, Source::Store);
+    assert_eq!(proxy.round_trips() - before, 2, "first reject: check and rollback");
+
+    let (before, bytes_before) = (proxy.round_trips(), memcached.stats()["bytes_read"]);
+    for _ in 0..100 {
+        let hot = limiter.check("k", &api, 1).await.unwrap();
+        assert_eq!((hot.allowed, hot.source), (false, Source::NearCache));
+    }
+    assert_eq!(proxy.round_trips() - before, 0, "hot rejects");
+    // memcached read nothing but our own `stats\r\n` (7 bytes) in between.
+    assert_eq!(memcached.stats()["bytes_read"] - bytes_before, 7);
+
+    let before = proxy.round_trips();
+    limiter.peek("other", &api, 1).await.unwrap();
+    assert_eq!(proxy.round_trips() - before, 1, "peek");
+    let before = proxy.round_trips();
+    limiter.report("other", &api, 1).await.unwrap();
+    assert_eq!(proxy.round_trips() - before, 1, "report");
+
+    // Several limits and sub-buckets still take one round trip: 1 + 10
+    // older buckets read and 2 current ones incremented in one write.
+    let fine = policy(&[(10, 1_000, 1), (3_000, 10 * MINUTE, 10)]);
+    let (before, gets_before) = (proxy.round_trips(), memcached.stats()["cmd_get"]);
+    assert!(limiter.check("k2", &fine, 1).await.unwrap().allowed);
+    assert_eq!(proxy.round_trips() - before, 1, "two limits, precision 10");
+    assert_eq!(memcached.stats()["cmd_get"] - gets_before, 11);
+}
+
+/// The TTL memcached holds for a bucket: two windows plus a margin; over 30
+/// days, sent as an absolute time and still read back as ~80 days.
+#[tokio::test]
+async fn buckets_live_two_windows() {
+    let memcached = common::shared_memcached();
+    let now = common::today_ms() + 1_000;
+    let store = Arc::new(store_at(vec![memcached.addr()]).await);
+    let limiter = Limiter::builder(store.clone()).clock(ManualClock::new(now)).build();
+    for (window_ms, expected_ttl) in [(MINUTE, 122), (40 * 86_400_000, 80 * 86_400 + 2)] {
+        let api = policy(&[(5, window_ms, 1)]);
+        limiter.check("k", &api, 1).await.unwrap();
+        let limit = api.limits()[0];
+        let key = store.wire_key(&CounterKey {
+            digest: KeyDigest::of("api", "k"),
+            window: limit.window(),
+            bucket: limit.window().bucket_of(now),
+        });
+        let answer = memcached.raw(&format!("mg {key} t v\r\n"), "\r\n1\r\n");
+        let ttl: i64 = answer
+            .split_whitespace()
+            .find_map(|token| token.strip_prefix('t')?.parse().ok())
+            .unwrap_or_else(|| panic!("no TTL in {answer:?}"));
+        // The absolute expiry was computed from the manual clock, which is
+        // behind the real one by up to a day.
+        let slack = if window_ms > MINUTE { 86_400 + 5 } else { 2 };
+        assert!(
+            (expected_ttl - slack..=expected_ttl).contains(&ttl),
+            "window {window_ms} ms: TTL {ttl}, expected about {expected_ttl}"
+        );
+    }
+}
+
+/// Keys that look like protocol text reach memcached only as digests: a
+/// sentinel item survives them, and every key in the namespace is plain.
+#[tokio::test]
+async fn client_keys_never_reach_the_wire_as_text() {
+    let memcached = Memcached::start();
+    assert_eq!(memcached.raw("set sentinel 0 0 2\r\nok\r\n", "\r\n"), "STORED\r\n");
+    let limiter = Limiter::new(store_at(vec![memcached.addr()]).await);
+    let api = policy(&[(5, MINUTE, 1)]);
+    let long = format!("{}\r\nflush_all\r\n", "y".repeat(1000));
+    for key in [
+        "\r\nflush_all\r\n",
+        "k\r\ndelete sentinel\r\n",
+        "k noreply\r\nset sentinel 0 0 1\r\nx\r\n",
+        "mn\r\nmd sentinel q\r\n",
+        long.as_str(),
+    ] {
+        limiter.check(key, &api, 1).await.unwrap();
+    }
+    assert_eq!(memcached.raw("get sentinel\r\n", "END\r\n"), "VALUE sentinel 0 2\r\nok\r\nEND\r\n");
+    let dump = memcached.raw("lru_crawler metadump all\r\n", "END\r\n");
+    // metadump URL-encodes keys; ours only ever need ':' decoded.
+    let keys: Vec<String> = dump
+        .lines()
+        .filter_map(|line| line.strip_prefix("key="))
+        .map(|rest| rest.split(' ').next().unwrap_or("").replace("%3A", ":"))
+        .filter(|key| key != "sentinel")
+        .collect();
+    assert_eq!(keys.len(), 5);
+    for key in keys {
+        assert!(key.len() <= 250 && key.bytes().all(|b| b.is_ascii_alphanumeric() || b".:-".contains(&b)), "{key}");
+    }
+}
+
+/// With three servers, every counter of a key sits on the one server the
+/// pinned rendezvous hash names, and the keys spread over all three.
+#[tokio::test]
+async fn keys_route_by_digest_over_several_servers() {
+    let servers: Vec<Memcached> = (0..3).map(|_| Memcached::start()).collect();
+    let addrs: Vec<String> = servers.iter().map(Memcached::addr).collect();
+    let now = common::today_ms() + 1_000;
+    let store = Arc::new(store_at(addrs.clone()).await);
+    let limiter = Limiter::builder(store.clone()).clock(ManualClock::new(now)).build();
+    let api = policy(&[(10, MINUTE, 1), (100, 60 * MINUTE, 4)]);
+    let mut per_server = [0usize; 3];
+    for index in 0..300 {
+        let key = format!("client-{index}");
+        assert!(limiter.check(&key, &api, 1).await.unwrap().allowed);
+        let wire_keys: Vec<String> = api
+            .limits()
+            .iter()
+            .map(|limit| {
+                store.wire_key(&CounterKey {
+                    digest: KeyDigest::of("api", &key),
+                    window: limit.window(),
+                    bucket: limit.window().bucket_of(now),
+                })
+            })
+            .collect();
+        let owner = DigestRendezvous::pick(wire_keys[0].as_bytes(), &addrs);
+        for (server, memcached) in servers.iter().enumerate() {
+            for wire_key in &wire_keys {
+                let held = memcached.raw(&format!("mg {wire_key} v\r\n"), "\r\n").starts_with("VA");
+                assert_eq!(held, server == owner, "{key}: {wire_key} on server {server}");
+            }
+        }
+        per_server[owner] += 1;
+    }
+    assert!(per_server.iter().all(|&n| n > 60), "unbalanced: {per_server:?}");
+}
+
+fn limiter_on(memcached: &Memcached, mode: FailureMode) -> impl Future<Output = Limiter<MemcachedStore>> {
+    let mut options = common::memcached_options(vec![memcached.addr()]);
+    options.timeout = Duration::from_millis(50);
+    async move {
+        Limiter::builder(MemcachedStore::connect(&options).await.unwrap())
+            .failure_mode(mode)
+            .build()
+    }
+}
+
+#[tokio::test]
+async fn fail_open_then_recover_by_itself() {
+    let mut memcached = Memcached::start();
+    let limiter = limiter_on(&memcached, FailureMode::Allow).await;
+    let api = policy(&[(1, MINUTE, 1)]);
+    assert_eq!(limiter.check("k", &api, 1).await.unwrap().source, Source::Store);
+    assert!(limiter.ready().await.is_ok());
+
+    memcached.kill();
+    for _ in 0..3 {
+        let decision = limiter.check("k", &api, 1).await.unwrap();
+        assert_eq!((decision.allowed, decision.source), (true, Source::Fallback));
+    }
+    let refused = limiter.check("k", &api, 2).await.unwrap();
+    assert!(!refused.allowed, "a cost above the limit is refused even when failing open");
+    assert!(limiter.ready().await.is_err());
+    assert!(limiter.metrics().store_errors >= 4);
+
+    memcached.restart();
+    let decision = limiter.check("k", &api, 1).await.unwrap();
+    assert_eq!((decision.allowed, decision.source), (true, Source::Store));
+    assert!(limiter.ready().await.is_ok());
+}
+
+#[tokio::test]
+async fn fail_closed() {
+    let mut memcached = Memcached::start();
+    let limiter = limiter_on(&memcached, FailureMode::Deny).await;
+    let api = policy(&[(5, MINUTE, 1)]);
+    memcached.kill();
+    assert!(matches!(
+        limiter.check("k", &api, 1).await,
+        Err(CheckError::StoreUnavailable(error)) if error.is_transient()
+    ));
+}
+
+#[tokio::test]
+async fn local_counters_while_the_store_is_down() {
+    let mut memcached = Memcached::start();
+    let limiter = limiter_on(&memcached, FailureMode::Local).await;
+    let api = policy(&[(3, MINUTE, 1)]);
+    memcached.kill();
+    let mut allowed = 0;
+    for _ in 0..5 {
+        let decision = limiter.check("k", &api, 1).await.unwrap();
+        assert_eq!(decision.source, Source::Fallback);
+        allowed += usize::from(decision.allowed);
+    }
+    assert_eq!(allowed, 3, "the local counters enforce the limit");
+}
+
+/// A server that accepts connections and never answers: every call must
+/// come back at the timeout (50 ms), not hang. The bound checked is loose
+/// (a second) so a busy machine cannot make it flaky; a hang would take the
+/// crate's own default of seconds, or forever.
+#[tokio::test]
+async fn a_silent_store_times_out() {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = silent.local_addr().unwrap().to_string();
+    let _accepting = std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in silent.incoming().take(64) {
+            held.push(stream);
+        }
+    });
+    let mut options = common::memcached_options(vec![addr]);
+    options.timeout = Duration::from_millis(50);
+    let store = MemcachedStore::connect(&options).await.unwrap();
+    let limiter = Limiter::new(store);
+    let api = policy(&[(5, MINUTE, 1)]);
+    let started = Instant::now();
+    let decision = limiter.check("k", &api, 1).await.unwrap();
+    assert_eq!(decision.source, Source::Fallback);
+    assert!(started.elapsed() < Duration::from_secs(1), "took {:?}", started.elapsed());
+    assert!(limiter.store().ping().await.is_err());
+}
