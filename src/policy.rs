@@ -142,7 +142,7 @@ impl Policy {
     /// A named policy; its name is the scope of its counters.
     pub fn new(name: impl Into<String>, limits: Vec<Limit>) -> Result<Policy, PolicyError> {
         let name = name.into();
-        if !is_valid_name(&name) {
+        if !is_plain_name(&name) {
             return Err(PolicyError::Name(name));
         }
         if name == INLINE_SCOPE {
@@ -207,8 +207,10 @@ pub enum PolicyError {
     ReservedName,
 }
 
-/// Policy names appear in response headers and metrics: keep them plain.
-fn is_valid_name(name: &str) -> bool {
+/// Whether `name` is 1 to 64 characters of `A-Z a-z 0-9 _ - .`: the rule for
+/// policy names (they appear in response headers and metrics) and Memcached
+/// namespaces (they prefix keys).
+pub fn is_plain_name(name: &str) -> bool {
     (1..=64).contains(&name.len())
         && name
             .bytes()
@@ -387,6 +389,8 @@ mod tests {
             Err(PolicyError::ReservedName)
         );
         assert!(Policy::new("a b", vec![second]).is_err());
+        assert!(is_plain_name("prod-eu.1_a") && !is_plain_name("a:b") && !is_plain_name(""));
+        assert!(!is_plain_name(&"x".repeat(65)));
         let policy = Policy::new("api", vec![second, Limit::per(3, Duration::from_secs(60)).unwrap()])
             .unwrap();
         assert_eq!(policy.scope(), "api");

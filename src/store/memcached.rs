@@ -16,6 +16,7 @@ use std::time::Duration;
 use memcache::exp::{Arithmetic, AsyncMetaClient, Error as WireError, Get, Op, OpResult, Router};
 
 use super::{BatchCounts, CounterBatch, CounterKey, Store, StoreError, bucket_ttl_secs};
+use crate::policy::is_plain_name;
 
 /// Memcached reads a TTL above 30 days as an absolute Unix time; a longer
 /// relative TTL would be taken as a date in 1970 and expire at once.
@@ -48,14 +49,6 @@ impl Default for MemcachedOptions {
     }
 }
 
-/// Whether a namespace is short and plain enough to prefix a Memcached key.
-pub fn is_valid_namespace(namespace: &str) -> bool {
-    (1..=64).contains(&namespace.len())
-        && namespace
-            .bytes()
-            .all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'_' | b'-' | b'.'))
-}
-
 pub struct MemcachedStore {
     client: AsyncMetaClient,
     namespace: String,
@@ -66,7 +59,7 @@ impl MemcachedStore {
     /// opened on first use, so a server that is down now does not stop the
     /// start; [`ping`](Store::ping) tells whether it answers.
     pub async fn connect(options: &MemcachedOptions) -> Result<MemcachedStore, StoreError> {
-        if !is_valid_namespace(&options.namespace) {
+        if !is_plain_name(&options.namespace) {
             return Err(StoreError::Protocol(format!(
                 "namespace {:?} must be 1 to 64 characters of A-Z a-z 0-9 _ - .",
                 options.namespace
@@ -324,13 +317,4 @@ mod tests {
         }
     }
 
-    #[test]
-    fn namespaces_are_plain() {
-        assert!(is_valid_namespace("sg"));
-        assert!(is_valid_namespace("prod-eu.1"));
-        assert!(!is_valid_namespace(""));
-        assert!(!is_valid_namespace("a b"));
-        assert!(!is_valid_namespace("a:b"));
-        assert!(!is_valid_namespace(&"x".repeat(65)));
-    }
 }
