@@ -1,0 +1,477 @@
+//! The service's configuration: a TOML file, then `SLIDEGATE_*` environment
+//! variables, then command-line flags, each overriding the one before.
+//! Validated once, at start; every message names where the bad value came
+//! from (the file or the flag) and the field.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::limiter::{DEFAULT_NEAR_CACHE_CAPACITY, DEFAULT_TIMEOUT, FailureMode};
+use crate::policy::{LimitSpec, Policy, is_plain_name};
+#[cfg(feature = "memcached")]
+use crate::store::MemcachedOptions;
+
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+
+/// Flags, each with its environment twin (clap reads the variable when the
+/// flag is absent, so flags win over the environment).
+#[derive(Clone, Debug, Default, clap::Parser)]
+#[command(name = "slidegate", version, about = "Sliding-window rate limiter on Memcached")]
+pub struct Overrides {
+    /// TOML configuration file.
+    #[arg(long, env = "SLIDEGATE_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Address to serve on [default: 127.0.0.1:8080].
+    #[arg(long, env = "SLIDEGATE_LISTEN", value_name = "ADDR")]
+    pub listen: Option<String>,
+    /// Memcached servers; none means the embedded in-memory store.
+    #[arg(long, env = "SLIDEGATE_MEMCACHED", value_name = "HOST:PORT,...", value_delimiter = ',')]
+    pub memcached: Option<Vec<String>>,
+    /// Prefix of every Memcached key [default: sg].
+    #[arg(long, env = "SLIDEGATE_NAMESPACE", value_name = "NS")]
+    pub namespace: Option<String>,
+    /// What to decide when the store fails [default: allow].
+    #[arg(long, env = "SLIDEGATE_FAILURE_MODE", value_name = "allow|deny|local")]
+    pub failure_mode: Option<String>,
+    /// Store timeout in milliseconds [default: 50].
+    #[arg(long, env = "SLIDEGATE_TIMEOUT_MS", value_name = "MS")]
+    pub timeout_ms: Option<u64>,
+    /// Keys kept by the near-cache of hot rejects; 0 turns it off [default: 100000].
+    #[arg(long, env = "SLIDEGATE_NEAR_CACHE_CAPACITY", value_name = "KEYS")]
+    pub near_cache_capacity: Option<u64>,
+}
+
+/// The configuration file, as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    listen: Option<String>,
+    #[serde(default)]
+    memcached: MemcachedSection,
+    #[serde(default)]
+    near_cache: NearCacheSection,
+    #[serde(default)]
+    failure: FailureSection,
+    #[serde(default)]
+    auth: AuthSection,
+    #[serde(default)]
+    policies: BTreeMap<String, PolicySection>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MemcachedSection {
+    servers: Option<Vec<String>>,
+    timeout_ms: Option<u64>,
+    namespace: Option<String>,
+    max_connections: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NearCacheSection {
+    capacity: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FailureSection {
+    mode: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AuthSection {
+    trusted_proxies: Option<Vec<String>>,
+    deny_status: Option<u16>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PolicySection {
+    limits: Vec<LimitSpec>,
+}
+
+/// The validated configuration.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub listen: SocketAddr,
+    /// Memcached servers; empty means the embedded in-memory store.
+    pub servers: Vec<String>,
+    pub namespace: String,
+    pub max_connections: usize,
+    pub timeout: Duration,
+    pub near_cache_capacity: u64,
+    pub failure_mode: FailureMode,
+    pub policies: BTreeMap<String, Policy>,
+    pub auth: AuthConfig,
+}
+
+/// Forward-auth settings (`GET /v1/auth`).
+#[derive(Clone, Debug)]
+pub struct AuthConfig {
+    /// Peers whose `X-Forwarded-For` is believed.
+    pub trusted_proxies: Vec<IpNet>,
+    /// The status of a rejection (429 unless set: nginx `auth_request` only
+    /// passes 2xx, 401 and 403 on).
+    pub deny_status: u16,
+}
+
+impl Default for AuthConfig {
+    fn default() -> AuthConfig {
+        AuthConfig {
+            trusted_proxies: Vec::new(),
+            deny_status: 429,
+        }
+    }
+}
+
+/// A configuration that cannot be used; the message says where and why.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(String);
+
+impl Config {
+    /// The file named by `overrides.config` (if any), overridden by the
+    /// environment and the flags.
+    pub fn load(overrides: &Overrides) -> Result<Config, ConfigError> {
+        let file = match &overrides.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|error| ConfigError(format!("cannot read {}: {error}", path.display())))?;
+                Some((path.as_path(), text))
+            }
+            None => None,
+        };
+        Config::resolve(file.as_ref().map(|(path, text)| (*path, text.as_str())), overrides)
+    }
+
+    /// The same from a file's text, for tests and embedding.
+    pub fn resolve(file: Option<(&Path, &str)>, overrides: &Overrides) -> Result<Config, ConfigError> {
+        let (origin, file) = match file {
+            Some((path, text)) => {
+                let parsed: FileConfig = toml::from_str(text)
+                    .map_err(|error| ConfigError(format!("{}: {error}", path.display())))?;
+                (path.display().to_string(), parsed)
+            }
+            None => ("configuration".to_owned(), FileConfig::default()),
+        };
+        let in_file = |field: &str, message: String| ConfigError(format!("{origin}: {field}: {message}"));
+        let in_flag = |flag: &str, env: &str, message: String| {
+            ConfigError(format!("--{flag} (or {env}): {message}"))
+        };
+
+        let listen = match (&overrides.listen, &file.listen) {
+            (Some(text), _) => parse_listen(text).map_err(|m| in_flag("listen", "SLIDEGATE_LISTEN", m))?,
+            (None, Some(text)) => parse_listen(text).map_err(|m| in_file("listen", m))?,
+            (None, None) => parse_listen(DEFAULT_LISTEN).map_err(|m| in_file("listen", m))?,
+        };
+
+        let servers: Vec<String> = overrides
+            .memcached
+            .clone()
+            .or_else(|| file.memcached.servers.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|server| server.trim().to_owned())
+            .filter(|server| !server.is_empty())
+            .collect();
+        if !cfg!(feature = "memcached") && !servers.is_empty() {
+            return Err(ConfigError(
+                "Memcached servers are configured, but this build has no `memcached` feature".to_owned(),
+            ));
+        }
+
+        let namespace = match (&overrides.namespace, &file.memcached.namespace) {
+            (Some(namespace), _) => check_namespace(namespace)
+                .map_err(|m| in_flag("namespace", "SLIDEGATE_NAMESPACE", m))?,
+            (None, Some(namespace)) => {
+                check_namespace(namespace).map_err(|m| in_file("memcached.namespace", m))?
+            }
+            (None, None) => "sg".to_owned(),
+        };
+
+        let timeout_ms = match (overrides.timeout_ms, file.memcached.timeout_ms) {
+            (Some(ms), _) => check_timeout(ms).map_err(|m| in_flag("timeout-ms", "SLIDEGATE_TIMEOUT_MS", m))?,
+            (None, Some(ms)) => check_timeout(ms).map_err(|m| in_file("memcached.timeout_ms", m))?,
+            (None, None) => DEFAULT_TIMEOUT.as_millis() as u64,
+        };
+
+        let max_connections = match file.memcached.max_connections {
+            Some(0) => return Err(in_file("memcached.max_connections", "must be at least 1".to_owned())),
+            Some(count) => count,
+            None => 64,
+        };
+
+        let failure_mode = match (&overrides.failure_mode, &file.failure.mode) {
+            (Some(mode), _) => parse_failure_mode(mode)
+                .map_err(|m| in_flag("failure-mode", "SLIDEGATE_FAILURE_MODE", m))?,
+            (None, Some(mode)) => parse_failure_mode(mode).map_err(|m| in_file("failure.mode", m))?,
+            (None, None) => FailureMode::default(),
+        };
+
+        let near_cache_capacity = overrides
+            .near_cache_capacity
+            .or(file.near_cache.capacity)
+            .unwrap_or(DEFAULT_NEAR_CACHE_CAPACITY);
+
+        let mut policies = BTreeMap::new();
+        for (name, section) in &file.policies {
+            let field = format!("policies.{name}");
+            let mut limits = Vec::with_capacity(section.limits.len());
+            for (index, spec) in section.limits.iter().enumerate() {
+                let limit = spec.to_limit().map_err(|error| {
+                    in_file(&format!("{field}.limits[{index}].{}", error.field), error.message)
+                })?;
+                limits.push(limit);
+            }
+            let policy = Policy::new(name.clone(), limits).map_err(|error| match error {
+                crate::policy::PolicyError::Name(_) | crate::policy::PolicyError::ReservedName => {
+                    in_file(&field, error.to_string())
+                }
+                _ => in_file(&format!("{field}.limits"), error.to_string()),
+            })?;
+            policies.insert(name.clone(), policy);
+        }
+
+        let mut auth = AuthConfig::default();
+        if let Some(proxies) = &file.auth.trusted_proxies {
+            auth.trusted_proxies = proxies
+                .iter()
+                .enumerate()
+                .map(|(index, text)| {
+                    IpNet::parse(text).map_err(|m| in_file(&format!("auth.trusted_proxies[{index}]"), m))
+                })
+                .collect::<Result<_, _>>()?;
+        }
+        if let Some(status) = file.auth.deny_status {
+            auth.deny_status = check_deny_status(status).map_err(|m| in_file("auth.deny_status", m))?;
+        }
+
+        Ok(Config {
+            listen,
+            servers,
+            namespace,
+            max_connections,
+            timeout: Duration::from_millis(timeout_ms),
+            near_cache_capacity,
+            failure_mode,
+            policies,
+            auth,
+        })
+    }
+
+    #[cfg(feature = "memcached")]
+    pub fn memcached_options(&self) -> Option<MemcachedOptions> {
+        (!self.servers.is_empty()).then(|| MemcachedOptions {
+            servers: self.servers.clone(),
+            namespace: self.namespace.clone(),
+            timeout: self.timeout,
+            max_connections: self.max_connections,
+        })
+    }
+}
+
+fn parse_listen(text: &str) -> Result<SocketAddr, String> {
+    text.trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not an IP address and port, e.g. 127.0.0.1:8080"))
+}
+
+fn check_namespace(namespace: &str) -> Result<String, String> {
+    if is_plain_name(namespace) {
+        Ok(namespace.to_owned())
+    } else {
+        Err(format!("{namespace:?} must be 1 to 64 characters of A-Z a-z 0-9 _ - ."))
+    }
+}
+
+fn check_timeout(ms: u64) -> Result<u64, String> {
+    if (1..=60_000).contains(&ms) {
+        Ok(ms)
+    } else {
+        Err(format!("must be from 1 to 60000 ms, got {ms}"))
+    }
+}
+
+fn check_deny_status(status: u16) -> Result<u16, String> {
+    if (400..=599).contains(&status) {
+        Ok(status)
+    } else {
+        Err(format!("must be a 4xx or 5xx status, got {status}"))
+    }
+}
+
+pub fn parse_failure_mode(text: &str) -> Result<FailureMode, String> {
+    match text {
+        "allow" => Ok(FailureMode::Allow),
+        "deny" => Ok(FailureMode::Deny),
+        "local" => Ok(FailureMode::Local),
+        other => Err(format!("{other:?} is not one of allow, deny, local")),
+    }
+}
+
+/// An IP network: `10.0.0.0/8`, `::1`, `127.0.0.1` (a single address).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IpNet {
+    address: std::net::IpAddr,
+    prefix: u8,
+}
+
+impl IpNet {
+    pub fn parse(text: &str) -> Result<IpNet, String> {
+        let invalid = || format!("{text:?} is not an IP address or network, e.g. 10.0.0.0/8");
+        let (address, prefix) = match text.split_once('/') {
+            Some((address, prefix)) => (address, Some(prefix)),
+            None => (text, None),
+        };
+        let address: std::net::IpAddr = address.trim().parse().map_err(|_| invalid())?;
+        let bits = if address.is_ipv4() { 32 } else { 128 };
+        let prefix = match prefix {
+            Some(prefix) => prefix.trim().parse::<u8>().ok().filter(|p| *p <= bits).ok_or_else(invalid)?,
+            None => bits,
+        };
+        Ok(IpNet { address, prefix })
+    }
+
+    pub fn contains(&self, address: std::net::IpAddr) -> bool {
+        let to_bits = |address: std::net::IpAddr| match address {
+            std::net::IpAddr::V4(v4) => (u128::from(u32::from(v4)) << 96, true),
+            std::net::IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => (u128::from(u32::from(v4)) << 96, true),
+                None => (u128::from(v6), false),
+            },
+        };
+        let (network, network_is_v4) = to_bits(self.address);
+        let (candidate, candidate_is_v4) = to_bits(address);
+        if network_is_v4 != candidate_is_v4 {
+            return false;
+        }
+        // A v4 network sits in the top 32 bits, so its prefix counts from there.
+        let prefix = u32::from(self.prefix);
+        let mask = if prefix == 0 { 0 } else { u128::MAX << (128 - prefix) };
+        network & mask == candidate & mask
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXAMPLE: &str = r#"
+listen = "127.0.0.1:9090"
+
+[memcached]
+servers = ["127.0.0.1:11211"]
+timeout_ms = 50
+namespace = "sg"
+
+[near_cache]
+capacity = 100000
+
+[failure]
+mode = "allow"
+
+[policies.api]
+limits = [{ limit = 10, window = "1s" },
+          { limit = 3000, window = "10m", precision = 10 }]
+"#;
+
+    fn resolve(text: &str, overrides: &Overrides) -> Result<Config, String> {
+        Config::resolve(Some((Path::new("slidegate.toml"), text)), overrides).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn the_design_example_loads() {
+        let config = resolve(EXAMPLE, &Overrides::default()).unwrap();
+        assert_eq!(config.listen.to_string(), "127.0.0.1:9090");
+        assert_eq!(config.servers, ["127.0.0.1:11211"]);
+        assert_eq!(config.timeout, Duration::from_millis(50));
+        assert_eq!(config.policies["api"].limits().len(), 2);
+        assert_eq!(config.policies["api"].limits()[1].window().precision(), 10);
+    }
+
+    #[test]
+    fn defaults_need_no_file() {
+        let config = Config::resolve(None, &Overrides::default()).unwrap();
+        assert_eq!(config.listen.to_string(), DEFAULT_LISTEN);
+        assert!(config.servers.is_empty(), "no memcached: the in-memory store");
+        assert_eq!(config.failure_mode, FailureMode::Allow);
+        assert_eq!(config.timeout, DEFAULT_TIMEOUT);
+    }
+
+    #[test]
+    fn flags_and_environment_override_the_file() {
+        let overrides = Overrides {
+            listen: Some("127.0.0.1:7000".into()),
+            memcached: Some(vec!["10.0.0.1:11211".into(), " 10.0.0.2:11211".into()]),
+            namespace: Some("prod".into()),
+            failure_mode: Some("deny".into()),
+            timeout_ms: Some(20),
+            near_cache_capacity: Some(0),
+            ..Overrides::default()
+        };
+        let config = resolve(EXAMPLE, &overrides).unwrap();
+        assert_eq!(config.listen.to_string(), "127.0.0.1:7000");
+        assert_eq!(config.servers, ["10.0.0.1:11211", "10.0.0.2:11211"]);
+        assert_eq!(config.namespace, "prod");
+        assert_eq!(config.failure_mode, FailureMode::Deny);
+        assert_eq!(config.timeout, Duration::from_millis(20));
+        assert_eq!(config.near_cache_capacity, 0);
+        // An empty server list turns Memcached off.
+        let overrides = Overrides {
+            memcached: Some(vec![String::new()]),
+            ..Overrides::default()
+        };
+        assert!(resolve(EXAMPLE, &overrides).unwrap().servers.is_empty());
+    }
+
+    #[test]
+    fn bad_values_name_the_file_and_field() {
+        let cases = [
+            ("listen = \"nowhere\"", "slidegate.toml: listen: \"nowhere\" is not an IP address"),
+            ("[memcached]\nservrs = []", "unknown field `servrs`"),
+            ("[memcached]\ntimeout_ms = 0", "slidegate.toml: memcached.timeout_ms: must be from 1"),
+            ("[memcached]\nnamespace = \"a b\"", "slidegate.toml: memcached.namespace:"),
+            ("[failure]\nmode = \"maybe\"", "slidegate.toml: failure.mode: \"maybe\" is not one of"),
+            (
+                "[policies.api]\nlimits = [{ limit = 10, window = \"1s\", precision = 7 }]",
+                "slidegate.toml: policies.api.limits[0].precision: 7 does not divide",
+            ),
+            ("[policies.api]\nlimits = [{ limit = 0, window = \"1s\" }]", "policies.api.limits[0].limit:"),
+            ("[policies.api]\nlimits = [{ limit = 1, window = \"1y\" }]", "policies.api.limits[0].window:"),
+            ("[policies.api]\nlimits = []", "slidegate.toml: policies.api.limits: must not be empty"),
+            ("[policies.inline]\nlimits = [{ limit = 1, window = \"1s\" }]", "policies.inline: the name `inline` is reserved"),
+            ("[auth]\ntrusted_proxies = [\"10.0.0.0/33\"]", "auth.trusted_proxies[0]:"),
+            ("[auth]\ndeny_status = 200", "auth.deny_status: must be a 4xx or 5xx"),
+            ("listen = ", "slidegate.toml: TOML parse error"),
+        ];
+        for (text, expected) in cases {
+            let error = resolve(text, &Overrides::default()).unwrap_err();
+            assert!(error.contains(expected), "{text:?}: {error}");
+        }
+        let overrides = Overrides {
+            failure_mode: Some("open".into()),
+            ..Overrides::default()
+        };
+        let error = resolve("", &overrides).unwrap_err();
+        assert!(error.starts_with("--failure-mode (or SLIDEGATE_FAILURE_MODE): "), "{error}");
+    }
+
+    #[test]
+    fn networks_contain_their_addresses() {
+        let net = IpNet::parse("10.0.0.0/8").unwrap();
+        assert!(net.contains("10.1.2.3".parse().unwrap()));
+        assert!(!net.contains("11.0.0.1".parse().unwrap()));
+        assert!(net.contains("::ffff:10.0.0.1".parse().unwrap()), "v4-mapped v6 peer");
+        let single = IpNet::parse("::1").unwrap();
+        assert!(single.contains("::1".parse().unwrap()));
+        assert!(!single.contains("::2".parse().unwrap()));
+        assert!(IpNet::parse("0.0.0.0/0").unwrap().contains("8.8.8.8".parse().unwrap()));
+        assert!(IpNet::parse("nonsense").is_err());
+    }
+}
