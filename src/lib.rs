@@ -56,10 +56,14 @@
 //! the feature `memcached` adds the Memcached store.
 
 pub mod clock;
+#[cfg(feature = "server")]
+pub mod config;
 pub mod limiter;
 pub mod metrics;
 pub mod near_cache;
 pub mod policy;
+#[cfg(feature = "server")]
+pub mod server;
 pub mod store;
 pub mod window;
 

@@ -1,0 +1,309 @@
+//! The JSON API's shapes: requests in (validated, with errors that name the
+//! field), decisions out (body and rate-limit headers).
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use http_body_util::Full;
+use hyper::body::Bytes;
+use hyper::header::{CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER};
+use hyper::{Response, StatusCode};
+use serde::{Deserialize, Serialize};
+
+use crate::limiter::{Decision, MAX_KEY_BYTES};
+use crate::policy::{DisplayMs, LimitSpec, MAX_AMOUNT, MAX_LIMITS, Policy};
+
+pub(crate) type Body = Full<Bytes>;
+
+/// A request body of check, peek and report, as sent.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a JSON object")]
+struct CallBody {
+    key: Option<String>,
+    policy: Option<String>,
+    cost: Option<u64>,
+    limits: Option<Vec<LimitSpec>>,
+}
+
+/// A validated call: whose key, which limits, what cost.
+pub(crate) struct Call<'a> {
+    pub key: String,
+    pub policy: Cow<'a, Policy>,
+    pub cost: u64,
+}
+
+/// Parse and validate a body; the error is the 400 message, naming the field.
+pub(crate) fn parse_call<'a>(body: &[u8], policies: &'a HashMap<String, Policy>) -> Result<Call<'a>, String> {
+    // serde would also read a struct from an array, by position: refuse
+    // anything but an object before it gets the chance.
+    match body.iter().find(|byte| !byte.is_ascii_whitespace()) {
+        None => return Err("body: is empty; send a JSON object".to_owned()),
+        Some(b'{') => {}
+        Some(_) => return Err("body: must be a JSON object".to_owned()),
+    }
+    let mut deserializer = serde_json::Deserializer::from_slice(body);
+    let call: CallBody = serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
+        let path = error.path().to_string();
+        let inner = error.into_inner();
+        if inner.is_syntax() || inner.is_eof() {
+            format!("body: malformed JSON: {inner}")
+        } else if path == "." {
+            format!("body: {inner}")
+        } else {
+            format!("{path}: {inner}")
+        }
+    })?;
+    // Without this, anything after the object would be silently ignored.
+    deserializer
+        .end()
+        .map_err(|error| format!("body: malformed JSON: {error}"))?;
+    let key = match call.key {
+        None => return Err("key: is required".to_owned()),
+        Some(key) if key.is_empty() => return Err("key: must not be empty".to_owned()),
+        Some(key) if key.len() > MAX_KEY_BYTES => {
+            return Err(format!("key: must be at most {MAX_KEY_BYTES} bytes, got {}", key.len()));
+        }
+        Some(key) => key,
+    };
+    let cost = call.cost.unwrap_or(1);
+    check_cost(cost)?;
+    let policy = match (call.policy, call.limits) {
+        (Some(_), Some(_)) => return Err("policy: give a policy or inline limits, not both".to_owned()),
+        (None, None) => return Err("policy: is required (or inline limits)".to_owned()),
+        (Some(name), None) => Cow::Borrowed(named_policy(&name, policies)?),
+        (None, Some(specs)) => Cow::Owned(inline_policy(&specs)?),
+    };
+    Ok(Call { key, policy, cost })
+}
+
+pub(crate) fn check_cost(cost: u64) -> Result<u64, String> {
+    if (1..=MAX_AMOUNT).contains(&cost) {
+        Ok(cost)
+    } else {
+        Err(format!("cost: must be an integer from 1 to {MAX_AMOUNT}, got {cost}"))
+    }
+}
+
+pub(crate) fn named_policy<'a>(name: &str, policies: &'a HashMap<String, Policy>) -> Result<&'a Policy, String> {
+    policies.get(name).ok_or_else(|| {
+        let mut known: Vec<&str> = policies.keys().map(String::as_str).collect();
+        known.sort_unstable();
+        format!("policy: no policy named {name:?} is configured (known: {})", known.join(", "))
+    })
+}
+
+fn inline_policy(specs: &[LimitSpec]) -> Result<Policy, String> {
+    if specs.is_empty() {
+        return Err("limits: must not be empty".to_owned());
+    }
+    if specs.len() > MAX_LIMITS {
+        return Err(format!("limits: at most {MAX_LIMITS} limits, got {}", specs.len()));
+    }
+    let limits = specs
+        .iter()
+        .enumerate()
+        .map(|(index, spec)| {
+            spec.to_limit()
+                .map_err(|error| format!("limits[{index}].{}: {}", error.field, error.message))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Policy::inline(limits).map_err(|error| format!("limits: {error}"))
+}
+
+#[derive(Serialize)]
+struct DecisionBody {
+    allowed: bool,
+    remaining: u64,
+    retry_after_ms: Option<u64>,
+    limits: Vec<LimitBody>,
+    source: &'static str,
+}
+
+#[derive(Serialize)]
+struct LimitBody {
+    limit: u64,
+    window_ms: u64,
+    precision: u32,
+    estimate: f64,
+    remaining: u64,
+}
+
+pub(crate) fn decision_json(decision: &Decision) -> Bytes {
+    let body = DecisionBody {
+        allowed: decision.allowed,
+        remaining: decision.remaining(),
+        retry_after_ms: decision.retry_after_ms,
+        limits: decision
+            .limits
+            .iter()
+            .map(|state| LimitBody {
+                limit: state.limit.limit(),
+                window_ms: state.limit.window().window_ms(),
+                precision: state.limit.window().precision(),
+                estimate: state.estimate.as_f64(),
+                remaining: state.remaining,
+            })
+            .collect(),
+        source: decision.source.as_str(),
+    };
+    // Serializing plain numbers and strings cannot fail.
+    Bytes::from(serde_json::to_vec(&body).unwrap_or_default())
+}
+
+/// The name of a policy's limit in the rate-limit headers: the policy's
+/// name alone when it has one limit, else suffixed with the window (and the
+/// precision when above 1), which is unique within a policy.
+fn limit_name(policy: &Policy, index: usize) -> String {
+    let mut name = policy.scope().to_owned();
+    if policy.limits().len() > 1 {
+        let window = policy.limits()[index].window();
+        let _ = write!(name, "-{}", DisplayMs(window.window_ms()));
+        if window.precision() > 1 {
+            let _ = write!(name, "-p{}", window.precision());
+        }
+    }
+    name
+}
+
+fn seconds_rounded_up(ms: u64) -> u64 {
+    ms.div_ceil(1000)
+}
+
+/// `RateLimit-Policy` and `RateLimit` (IETF httpapi draft), and
+/// `Retry-After` when the request was refused and can pass later.
+pub(crate) fn rate_limit_headers(decision: &Decision, policy: &Policy) -> Vec<(HeaderName, String)> {
+    let mut quota = Vec::new();
+    let mut state = Vec::new();
+    for (index, limit) in decision.limits.iter().enumerate() {
+        let name = limit_name(policy, index);
+        let window_secs = seconds_rounded_up(limit.limit.window().window_ms()).max(1);
+        quota.push(format!("\"{name}\";q={};w={window_secs}", limit.limit.limit()));
+        state.push(format!(
+            "\"{name}\";r={};t={}",
+            limit.remaining,
+            seconds_rounded_up(limit.next_unit_ms)
+        ));
+    }
+    let mut headers = vec![
+        (HeaderName::from_static("ratelimit-policy"), quota.join(", ")),
+        (HeaderName::from_static("ratelimit"), state.join(", ")),
+    ];
+    if !decision.allowed
+        && let Some(wait) = decision.retry_after_ms
+    {
+        headers.push((RETRY_AFTER, seconds_rounded_up(wait).to_string()));
+    }
+    headers
+}
+
+pub(crate) fn respond(status: StatusCode, headers: Vec<(HeaderName, String)>, body: Bytes) -> Response<Body> {
+    let mut response = Response::new(Full::new(body));
+    *response.status_mut() = status;
+    let map = response.headers_mut();
+    map.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    for (name, value) in headers {
+        // Every value here is built from numbers and plain names.
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            map.append(name, value);
+        }
+    }
+    response
+}
+
+pub(crate) fn json(status: StatusCode, value: serde_json::Value) -> Response<Body> {
+    respond(status, Vec::new(), Bytes::from(value.to_string()))
+}
+
+pub(crate) fn error(status: StatusCode, message: impl Into<String>) -> Response<Body> {
+    json(status, serde_json::json!({ "error": message.into() }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::Limit;
+
+    fn policies() -> HashMap<String, Policy> {
+        let api = Policy::new("api", vec![Limit::new(10, 1_000, 1).unwrap()]).unwrap();
+        HashMap::from([("api".to_owned(), api)])
+    }
+
+    fn error_of(body: &str) -> String {
+        match parse_call(body.as_bytes(), &policies()) {
+            Ok(_) => panic!("{body} was accepted"),
+            Err(message) => message,
+        }
+    }
+
+    #[test]
+    fn good_calls_parse() {
+        let policies = policies();
+        let call = parse_call(br#"{"key": "client-42", "policy": "api", "cost": 2}"#, &policies).unwrap();
+        assert_eq!((call.key.as_str(), call.policy.scope(), call.cost), ("client-42", "api", 2));
+        let call = parse_call(
+            br#"{"key": "k", "limits": [{"limit": 10, "window": "1s"}, {"limit": 3000, "window_ms": 600000, "precision": 10}]}"#,
+            &policies,
+        )
+        .unwrap();
+        assert_eq!((call.policy.scope(), call.policy.limits().len(), call.cost), ("inline", 2, 1));
+    }
+
+    #[test]
+    fn every_bad_input_names_its_field() {
+        let cases = [
+            ("{", "body: malformed JSON"),
+            (r#"{"key": "k", "policy": "api"} trailing"#, "body: malformed JSON"),
+            ("", "body: is empty"),
+            (" \n", "body: is empty"),
+            ("[1]", "body: must be a JSON object"),
+            ("null", "body: must be a JSON object"),
+            ("\"k\"", "body: must be a JSON object"),
+            (r#"{"policy": "api"}"#, "key: is required"),
+            (r#"{"key": "", "policy": "api"}"#, "key: must not be empty"),
+            (r#"{"key": 5, "policy": "api"}"#, "key: invalid type: integer"),
+            (r#"{"key": "k"}"#, "policy: is required"),
+            (r#"{"key": "k", "policy": "nope"}"#, "policy: no policy named \"nope\""),
+            (r#"{"key": "k", "policy": "api", "cost": 0}"#, "cost: must be an integer from 1"),
+            (r#"{"key": "k", "policy": "api", "cost": -1}"#, "cost: invalid value: integer `-1`"),
+            (r#"{"key": "k", "policy": "api", "cost": 1.5}"#, "cost: invalid type: floating point"),
+            (r#"{"key": "k", "policy": "api", "cost": "1"}"#, "cost: invalid type: string"),
+            (r#"{"key": "k", "policy": "api", "costs": 1}"#, "costs: unknown field `costs`"),
+            (r#"{"key": "k", "policy": "api", "limits": []}"#, "policy: give a policy or inline limits, not both"),
+            (r#"{"key": "k", "limits": []}"#, "limits: must not be empty"),
+            (r#"{"key": "k", "limits": [{"limit": 0, "window": "1s"}]}"#, "limits[0].limit: must be an integer"),
+            (r#"{"key": "k", "limits": [{"window": "1s"}]}"#, "limits[0].limit: is required"),
+            (r#"{"key": "k", "limits": [{"limit": 1}]}"#, "limits[0].window: is required"),
+            (r#"{"key": "k", "limits": [{"limit": 1, "window": "fast"}]}"#, "limits[0].window: \"fast\" is not a duration"),
+            (r#"{"key": "k", "limits": [{"limit": 1, "window": "1s", "window_ms": 1000}]}"#, "limits[0].window: give window or window_ms"),
+            (r#"{"key": "k", "limits": [{"limit": 1, "window_ms": 0}]}"#, "limits[0].window_ms: must be from 1ms"),
+            (r#"{"key": "k", "limits": [{"limit": 1, "window": "1s", "precision": 7}]}"#, "limits[0].precision: 7 does not divide"),
+            (r#"{"key": "k", "limits": [{"limit": 1, "window": "1s", "precision": 0}]}"#, "limits[0].precision: must be from 1"),
+            (r#"{"key": "k", "limits": [{"limit": 1, "window": "1s", "burst": 2}]}"#, "limits[0].burst: unknown field `burst`"),
+            (r#"{"key": "k", "limits": [{"limit": 1, "window": "1s"}, {"limit": 2, "window": "1s"}]}"#, "limits: limits 0 and 1 have the same window"),
+        ];
+        for (body, expected) in cases {
+            let message = error_of(body);
+            assert!(message.starts_with(expected) || message.contains(expected), "{body}: {message}");
+        }
+        let too_many = format!(r#"{{"key": "k", "limits": [{}]}}"#, vec![r#"{"limit": 1, "window": "1s"}"#; 17].join(","));
+        assert_eq!(error_of(&too_many), "limits: at most 16 limits, got 17");
+        let long_key = format!(r#"{{"key": "{}", "policy": "api"}}"#, "x".repeat(1025));
+        assert_eq!(error_of(&long_key), "key: must be at most 1024 bytes, got 1025");
+    }
+
+    #[test]
+    fn header_names_are_unique_within_a_policy() {
+        let policy = Policy::new(
+            "api",
+            vec![
+                Limit::new(10, 1_000, 1).unwrap(),
+                Limit::new(3000, 600_000, 10).unwrap(),
+                Limit::new(3000, 600_000, 1).unwrap(),
+            ],
+        )
+        .unwrap();
+        let names: Vec<String> = (0..3).map(|index| limit_name(&policy, index)).collect();
+        assert_eq!(names, ["api-1s", "api-10m-p10", "api-10m"]);
+    }
+}

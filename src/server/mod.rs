@@ -1,0 +1,132 @@
+//! The HTTP service: a thin layer of hyper over the same [`Limiter`] the
+//! library offers. [`serve`] takes a bound listener and a shutdown future,
+//! so tests run the real server on port 0.
+
+mod api;
+mod routes;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+
+use crate::config::{AuthConfig, Config};
+use crate::limiter::Limiter;
+use crate::policy::Policy;
+#[cfg(feature = "memcached")]
+use crate::store::MemcachedStore;
+use crate::store::{AnyStore, MemoryStore, StoreError};
+
+/// The largest request body accepted; larger gets 413.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+/// How long a client may take to send its headers, or its body.
+const READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long shutdown waits for requests in flight.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the service serves: the limiter, the named policies, forward-auth
+/// settings.
+pub struct App {
+    limiter: Limiter<AnyStore>,
+    policies: HashMap<String, Policy>,
+    auth: AuthConfig,
+}
+
+impl App {
+    pub fn new(limiter: Limiter<AnyStore>, policies: impl IntoIterator<Item = Policy>, auth: AuthConfig) -> App {
+        App {
+            limiter,
+            policies: policies
+                .into_iter()
+                .map(|policy| (policy.scope().to_owned(), policy))
+                .collect(),
+            auth,
+        }
+    }
+
+    /// Build the store and the limiter a configuration describes. With no
+    /// Memcached server configured, counters live in this process.
+    pub async fn from_config(config: &Config) -> Result<App, StoreError> {
+        let store = match () {
+            #[cfg(feature = "memcached")]
+            () if !config.servers.is_empty() => {
+                let options = config
+                    .memcached_options()
+                    .ok_or_else(|| StoreError::Unreachable("no Memcached server".to_owned()))?;
+                AnyStore::Memcached(MemcachedStore::connect(&options).await?)
+            }
+            () => AnyStore::Memory(MemoryStore::new()),
+        };
+        let limiter = Limiter::builder(store)
+            .timeout(config.timeout)
+            .near_cache_capacity(config.near_cache_capacity)
+            .failure_mode(config.failure_mode)
+            .build();
+        Ok(App::new(limiter, config.policies.values().cloned(), config.auth.clone()))
+    }
+
+    pub fn limiter(&self) -> &Limiter<AnyStore> {
+        &self.limiter
+    }
+}
+
+/// Serve `app` on `listener` until `shutdown` completes, then stop
+/// accepting and let requests in flight finish (up to 10 s).
+pub async fn serve(
+    listener: TcpListener,
+    app: Arc<App>,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    let graceful = GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    // Out of file descriptors, say: back off instead of spinning.
+                    tracing::warn!(%error, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let app = app.clone();
+        let service = service_fn(move |request| {
+            let app = app.clone();
+            async move { Ok::<_, std::convert::Infallible>(routes::handle(&app, request, peer).await) }
+        });
+        let connection = http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(READ_TIMEOUT)
+            .serve_connection(TokioIo::new(stream), service);
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::debug!(%error, %peer, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    tracing::info!("shutting down: waiting for requests in flight");
+    tokio::select! {
+        () = graceful.shutdown() => tracing::info!("all connections closed"),
+        () = tokio::time::sleep(DRAIN_TIMEOUT) => tracing::warn!("gave up waiting for connections"),
+    }
+    Ok(())
+}
+
+/// The address a listener is bound to, for logs.
+pub fn describe(listener: &TcpListener) -> String {
+    listener
+        .local_addr()
+        .map_or_else(|_| "an unknown address".to_owned(), |addr: SocketAddr| addr.to_string())
+}
