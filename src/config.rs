@@ -20,7 +20,11 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 /// Flags, each with its environment twin (clap reads the variable when the
 /// flag is absent, so flags win over the environment).
 #[derive(Clone, Debug, Default, clap::Parser)]
-#[command(name = "slidegate", version, about = "Sliding-window rate limiter on Memcached")]
+#[command(
+    name = "slidegate",
+    version,
+    about = "Sliding-window rate limiter on Memcached"
+)]
 pub struct Overrides {
     /// TOML configuration file.
     #[arg(long, env = "SLIDEGATE_CONFIG", value_name = "FILE")]
@@ -29,7 +33,12 @@ pub struct Overrides {
     #[arg(long, env = "SLIDEGATE_LISTEN", value_name = "ADDR")]
     pub listen: Option<String>,
     /// Memcached servers; none means the embedded in-memory store.
-    #[arg(long, env = "SLIDEGATE_MEMCACHED", value_name = "HOST:PORT,...", value_delimiter = ',')]
+    #[arg(
+        long,
+        env = "SLIDEGATE_MEMCACHED",
+        value_name = "HOST:PORT,...",
+        value_delimiter = ','
+    )]
     pub memcached: Option<Vec<String>>,
     /// Prefix of every Memcached key [default: sg].
     #[arg(long, env = "SLIDEGATE_NAMESPACE", value_name = "NS")]
@@ -141,17 +150,24 @@ impl Config {
     pub fn load(overrides: &Overrides) -> Result<Config, ConfigError> {
         let file = match &overrides.config {
             Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|error| ConfigError(format!("cannot read {}: {error}", path.display())))?;
+                let text = std::fs::read_to_string(path).map_err(|error| {
+                    ConfigError(format!("cannot read {}: {error}", path.display()))
+                })?;
                 Some((path.as_path(), text))
             }
             None => None,
         };
-        Config::resolve(file.as_ref().map(|(path, text)| (*path, text.as_str())), overrides)
+        Config::resolve(
+            file.as_ref().map(|(path, text)| (*path, text.as_str())),
+            overrides,
+        )
     }
 
     /// The same from a file's text, for tests and embedding.
-    pub fn resolve(file: Option<(&Path, &str)>, overrides: &Overrides) -> Result<Config, ConfigError> {
+    pub fn resolve(
+        file: Option<(&Path, &str)>,
+        overrides: &Overrides,
+    ) -> Result<Config, ConfigError> {
         let (origin, file) = match file {
             Some((path, text)) => {
                 let parsed: FileConfig = toml::from_str(text)
@@ -160,13 +176,16 @@ impl Config {
             }
             None => ("configuration".to_owned(), FileConfig::default()),
         };
-        let in_file = |field: &str, message: String| ConfigError(format!("{origin}: {field}: {message}"));
+        let in_file =
+            |field: &str, message: String| ConfigError(format!("{origin}: {field}: {message}"));
         let in_flag = |flag: &str, env: &str, message: String| {
             ConfigError(format!("--{flag} (or {env}): {message}"))
         };
 
         let listen = match (&overrides.listen, &file.listen) {
-            (Some(text), _) => parse_listen(text).map_err(|m| in_flag("listen", "SLIDEGATE_LISTEN", m))?,
+            (Some(text), _) => {
+                parse_listen(text).map_err(|m| in_flag("listen", "SLIDEGATE_LISTEN", m))?
+            }
             (None, Some(text)) => parse_listen(text).map_err(|m| in_file("listen", m))?,
             (None, None) => parse_listen(DEFAULT_LISTEN).map_err(|m| in_file("listen", m))?,
         };
@@ -182,7 +201,8 @@ impl Config {
             .collect();
         if !cfg!(feature = "memcached") && !servers.is_empty() {
             return Err(ConfigError(
-                "Memcached servers are configured, but this build has no `memcached` feature".to_owned(),
+                "Memcached servers are configured, but this build has no `memcached` feature"
+                    .to_owned(),
             ));
         }
 
@@ -196,13 +216,22 @@ impl Config {
         };
 
         let timeout_ms = match (overrides.timeout_ms, file.memcached.timeout_ms) {
-            (Some(ms), _) => check_timeout(ms).map_err(|m| in_flag("timeout-ms", "SLIDEGATE_TIMEOUT_MS", m))?,
-            (None, Some(ms)) => check_timeout(ms).map_err(|m| in_file("memcached.timeout_ms", m))?,
+            (Some(ms), _) => {
+                check_timeout(ms).map_err(|m| in_flag("timeout-ms", "SLIDEGATE_TIMEOUT_MS", m))?
+            }
+            (None, Some(ms)) => {
+                check_timeout(ms).map_err(|m| in_file("memcached.timeout_ms", m))?
+            }
             (None, None) => DEFAULT_TIMEOUT.as_millis() as u64,
         };
 
         let max_connections = match file.memcached.max_connections {
-            Some(0) => return Err(in_file("memcached.max_connections", "must be at least 1".to_owned())),
+            Some(0) => {
+                return Err(in_file(
+                    "memcached.max_connections",
+                    "must be at least 1".to_owned(),
+                ));
+            }
             Some(count) => count,
             None => 64,
         };
@@ -210,7 +239,9 @@ impl Config {
         let failure_mode = match (&overrides.failure_mode, &file.failure.mode) {
             (Some(mode), _) => parse_failure_mode(mode)
                 .map_err(|m| in_flag("failure-mode", "SLIDEGATE_FAILURE_MODE", m))?,
-            (None, Some(mode)) => parse_failure_mode(mode).map_err(|m| in_file("failure.mode", m))?,
+            (None, Some(mode)) => {
+                parse_failure_mode(mode).map_err(|m| in_file("failure.mode", m))?
+            }
             (None, None) => FailureMode::default(),
         };
 
@@ -225,7 +256,10 @@ impl Config {
             let mut limits = Vec::with_capacity(section.limits.len());
             for (index, spec) in section.limits.iter().enumerate() {
                 let limit = spec.to_limit().map_err(|error| {
-                    in_file(&format!("{field}.limits[{index}].{}", error.field), error.message)
+                    in_file(
+                        &format!("{field}.limits[{index}].{}", error.field),
+                        error.message,
+                    )
                 })?;
                 limits.push(limit);
             }
@@ -244,12 +278,14 @@ impl Config {
                 .iter()
                 .enumerate()
                 .map(|(index, text)| {
-                    IpNet::parse(text).map_err(|m| in_file(&format!("auth.trusted_proxies[{index}]"), m))
+                    IpNet::parse(text)
+                        .map_err(|m| in_file(&format!("auth.trusted_proxies[{index}]"), m))
                 })
                 .collect::<Result<_, _>>()?;
         }
         if let Some(status) = file.auth.deny_status {
-            auth.deny_status = check_deny_status(status).map_err(|m| in_file("auth.deny_status", m))?;
+            auth.deny_status =
+                check_deny_status(status).map_err(|m| in_file("auth.deny_status", m))?;
         }
 
         Ok(Config {
@@ -286,7 +322,9 @@ fn check_namespace(namespace: &str) -> Result<String, String> {
     if is_plain_name(namespace) {
         Ok(namespace.to_owned())
     } else {
-        Err(format!("{namespace:?} must be 1 to 64 characters of A-Z a-z 0-9 _ - ."))
+        Err(format!(
+            "{namespace:?} must be 1 to 64 characters of A-Z a-z 0-9 _ - ."
+        ))
     }
 }
 
@@ -332,7 +370,12 @@ impl IpNet {
         let address: std::net::IpAddr = address.trim().parse().map_err(|_| invalid())?;
         let bits = if address.is_ipv4() { 32 } else { 128 };
         let prefix = match prefix {
-            Some(prefix) => prefix.trim().parse::<u8>().ok().filter(|p| *p <= bits).ok_or_else(invalid)?,
+            Some(prefix) => prefix
+                .trim()
+                .parse::<u8>()
+                .ok()
+                .filter(|p| *p <= bits)
+                .ok_or_else(invalid)?,
             None => bits,
         };
         Ok(IpNet { address, prefix })
@@ -353,7 +396,11 @@ impl IpNet {
         }
         // A v4 network sits in the top 32 bits, so its prefix counts from there.
         let prefix = u32::from(self.prefix);
-        let mask = if prefix == 0 { 0 } else { u128::MAX << (128 - prefix) };
+        let mask = if prefix == 0 {
+            0
+        } else {
+            u128::MAX << (128 - prefix)
+        };
         network & mask == candidate & mask
     }
 }
@@ -382,7 +429,8 @@ limits = [{ limit = 10, window = "1s" },
 "#;
 
     fn resolve(text: &str, overrides: &Overrides) -> Result<Config, String> {
-        Config::resolve(Some((Path::new("slidegate.toml"), text)), overrides).map_err(|e| e.to_string())
+        Config::resolve(Some((Path::new("slidegate.toml"), text)), overrides)
+            .map_err(|e| e.to_string())
     }
 
     #[test]
@@ -399,7 +447,10 @@ limits = [{ limit = 10, window = "1s" },
     fn defaults_need_no_file() {
         let config = Config::resolve(None, &Overrides::default()).unwrap();
         assert_eq!(config.listen.to_string(), DEFAULT_LISTEN);
-        assert!(config.servers.is_empty(), "no memcached: the in-memory store");
+        assert!(
+            config.servers.is_empty(),
+            "no memcached: the in-memory store"
+        );
         assert_eq!(config.failure_mode, FailureMode::Allow);
         assert_eq!(config.timeout, DEFAULT_TIMEOUT);
     }
@@ -433,21 +484,51 @@ limits = [{ limit = 10, window = "1s" },
     #[test]
     fn bad_values_name_the_file_and_field() {
         let cases = [
-            ("listen = \"nowhere\"", "slidegate.toml: listen: \"nowhere\" is not an IP address"),
+            (
+                "listen = \"nowhere\"",
+                "slidegate.toml: listen: \"nowhere\" is not an IP address",
+            ),
             ("[memcached]\nservrs = []", "unknown field `servrs`"),
-            ("[memcached]\ntimeout_ms = 0", "slidegate.toml: memcached.timeout_ms: must be from 1"),
-            ("[memcached]\nnamespace = \"a b\"", "slidegate.toml: memcached.namespace:"),
-            ("[failure]\nmode = \"maybe\"", "slidegate.toml: failure.mode: \"maybe\" is not one of"),
+            (
+                "[memcached]\ntimeout_ms = 0",
+                "slidegate.toml: memcached.timeout_ms: must be from 1",
+            ),
+            (
+                "[memcached]\nnamespace = \"a b\"",
+                "slidegate.toml: memcached.namespace:",
+            ),
+            (
+                "[failure]\nmode = \"maybe\"",
+                "slidegate.toml: failure.mode: \"maybe\" is not one of",
+            ),
             (
                 "[policies.api]\nlimits = [{ limit = 10, window = \"1s\", precision = 7 }]",
                 "slidegate.toml: policies.api.limits[0].precision: 7 does not divide",
             ),
-            ("[policies.api]\nlimits = [{ limit = 0, window = \"1s\" }]", "policies.api.limits[0].limit:"),
-            ("[policies.api]\nlimits = [{ limit = 1, window = \"1y\" }]", "policies.api.limits[0].window:"),
-            ("[policies.api]\nlimits = []", "slidegate.toml: policies.api.limits: must not be empty"),
-            ("[policies.inline]\nlimits = [{ limit = 1, window = \"1s\" }]", "policies.inline: the name `inline` is reserved"),
-            ("[auth]\ntrusted_proxies = [\"10.0.0.0/33\"]", "auth.trusted_proxies[0]:"),
-            ("[auth]\ndeny_status = 200", "auth.deny_status: must be a 4xx or 5xx"),
+            (
+                "[policies.api]\nlimits = [{ limit = 0, window = \"1s\" }]",
+                "policies.api.limits[0].limit:",
+            ),
+            (
+                "[policies.api]\nlimits = [{ limit = 1, window = \"1y\" }]",
+                "policies.api.limits[0].window:",
+            ),
+            (
+                "[policies.api]\nlimits = []",
+                "slidegate.toml: policies.api.limits: must not be empty",
+            ),
+            (
+                "[policies.inline]\nlimits = [{ limit = 1, window = \"1s\" }]",
+                "policies.inline: the name `inline` is reserved",
+            ),
+            (
+                "[auth]\ntrusted_proxies = [\"10.0.0.0/33\"]",
+                "auth.trusted_proxies[0]:",
+            ),
+            (
+                "[auth]\ndeny_status = 200",
+                "auth.deny_status: must be a 4xx or 5xx",
+            ),
             ("listen = ", "slidegate.toml: TOML parse error"),
         ];
         for (text, expected) in cases {
@@ -459,7 +540,10 @@ limits = [{ limit = 10, window = "1s" },
             ..Overrides::default()
         };
         let error = resolve("", &overrides).unwrap_err();
-        assert!(error.starts_with("--failure-mode (or SLIDEGATE_FAILURE_MODE): "), "{error}");
+        assert!(
+            error.starts_with("--failure-mode (or SLIDEGATE_FAILURE_MODE): "),
+            "{error}"
+        );
     }
 
     #[test]
@@ -467,11 +551,18 @@ limits = [{ limit = 10, window = "1s" },
         let net = IpNet::parse("10.0.0.0/8").unwrap();
         assert!(net.contains("10.1.2.3".parse().unwrap()));
         assert!(!net.contains("11.0.0.1".parse().unwrap()));
-        assert!(net.contains("::ffff:10.0.0.1".parse().unwrap()), "v4-mapped v6 peer");
+        assert!(
+            net.contains("::ffff:10.0.0.1".parse().unwrap()),
+            "v4-mapped v6 peer"
+        );
         let single = IpNet::parse("::1").unwrap();
         assert!(single.contains("::1".parse().unwrap()));
         assert!(!single.contains("::2".parse().unwrap()));
-        assert!(IpNet::parse("0.0.0.0/0").unwrap().contains("8.8.8.8".parse().unwrap()));
+        assert!(
+            IpNet::parse("0.0.0.0/0")
+                .unwrap()
+                .contains("8.8.8.8".parse().unwrap())
+        );
         assert!(IpNet::parse("nonsense").is_err());
     }
 }

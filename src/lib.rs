@@ -70,6 +70,6 @@ pub mod window;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use limiter::{CheckError, Decision, FailureMode, Limiter, LimiterBuilder, Source};
 pub use policy::{Limit, Policy, Window};
+pub use store::{AnyStore, MemoryStore, Store, StoreError};
 #[cfg(feature = "memcached")]
 pub use store::{MemcachedOptions, MemcachedStore};
-pub use store::{AnyStore, MemoryStore, Store, StoreError};

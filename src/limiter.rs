@@ -16,7 +16,9 @@ use crate::clock::{Clock, SystemClock};
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::near_cache::{NearCache, NearKey, Seen};
 use crate::policy::{Limit, MAX_AMOUNT, Policy};
-use crate::store::{BatchCounts, CounterBatch, CounterKey, KeyDigest, MemoryStore, Store, StoreError};
+use crate::store::{
+    BatchCounts, CounterBatch, CounterKey, KeyDigest, MemoryStore, Store, StoreError,
+};
 use crate::window::{self, Counting, LimitState, Verdict};
 
 /// The longest key accepted, in bytes.
@@ -229,18 +231,33 @@ impl<S: Store> Limiter<S> {
     }
 
     /// Decide a request of `cost` for `key` and, if admitted, count it.
-    pub async fn check(&self, key: &str, policy: &Policy, cost: u64) -> Result<Decision, CheckError> {
+    pub async fn check(
+        &self,
+        key: &str,
+        policy: &Policy,
+        cost: u64,
+    ) -> Result<Decision, CheckError> {
         self.decide(key, policy, cost, Counting::IfAdmitted).await
     }
 
     /// The decision a check would make now, counting nothing.
-    pub async fn peek(&self, key: &str, policy: &Policy, cost: u64) -> Result<Decision, CheckError> {
+    pub async fn peek(
+        &self,
+        key: &str,
+        policy: &Policy,
+        cost: u64,
+    ) -> Result<Decision, CheckError> {
         self.decide(key, policy, cost, Counting::Never).await
     }
 
     /// Count `cost` whatever the limits say (work that happened anyway); the
     /// decision says whether the counts are still within every limit.
-    pub async fn report(&self, key: &str, policy: &Policy, cost: u64) -> Result<Decision, CheckError> {
+    pub async fn report(
+        &self,
+        key: &str,
+        policy: &Policy,
+        cost: u64,
+    ) -> Result<Decision, CheckError> {
         self.decide(key, policy, cost, Counting::Always).await
     }
 
@@ -290,7 +307,13 @@ impl<S: Store> Limiter<S> {
         if counting != Counting::Always
             && let Some(lower_bounds) = self.near_cache.lower_bounds(&near_key, policy, now_ms)
         {
-            let verdict = window::decide(policy.limits(), &lower_bounds, now_ms, cost, Counting::Never);
+            let verdict = window::decide(
+                policy.limits(),
+                &lower_bounds,
+                now_ms,
+                cost,
+                Counting::Never,
+            );
             if !verdict.allowed {
                 return Ok(self.done(Decision::new(verdict, Source::NearCache)));
             }
@@ -304,7 +327,11 @@ impl<S: Store> Limiter<S> {
         let batch = Self::batch(&layouts, cost, counting, now_ms);
         let observed = match self.timed(self.store.read_and_add(&batch)).await {
             Ok(found) => Self::observed(&layouts, &batch, found),
-            Err(error) => return self.fall_back(error, policy, &layouts, &batch, counting, now_ms).await,
+            Err(error) => {
+                return self
+                    .fall_back(error, policy, &layouts, &batch, counting, now_ms)
+                    .await;
+            }
         };
         let verdict = window::decide(policy.limits(), &observed.counts, now_ms, cost, counting);
         if !verdict.allowed && counting != Counting::Always {
@@ -313,7 +340,14 @@ impl<S: Store> Limiter<S> {
             } else {
                 self.roll_back(&observed.currents, cost, now_ms).await
             };
-            self.remember(near_key, policy, &observed.counts, after_rollback, cost, now_ms);
+            self.remember(
+                near_key,
+                policy,
+                &observed.counts,
+                after_rollback,
+                cost,
+                now_ms,
+            );
         }
         Ok(self.done(Decision::new(verdict, Source::Store)))
     }
@@ -351,7 +385,10 @@ impl<S: Store> Limiter<S> {
                 counts.push(if adding {
                     // The value after our addition, less our own cost: what
                     // was counted before us, concurrent callers included.
-                    added.next().unwrap_or(batch.amount).saturating_sub(batch.amount)
+                    added
+                        .next()
+                        .unwrap_or(batch.amount)
+                        .saturating_sub(batch.amount)
                 } else {
                     reads.next().unwrap_or(0)
                 });
@@ -368,8 +405,16 @@ impl<S: Store> Limiter<S> {
     /// counter's value after, when known. The increment is never retried:
     /// if this fails, the cost stays counted until the bucket expires, which
     /// errs on the side of rejecting.
-    async fn roll_back(&self, currents: &[CounterKey], cost: u64, now_ms: u64) -> Option<Vec<Option<u64>>> {
-        match self.timed(self.store.subtract(currents, cost, now_ms)).await {
+    async fn roll_back(
+        &self,
+        currents: &[CounterKey],
+        cost: u64,
+        now_ms: u64,
+    ) -> Option<Vec<Option<u64>>> {
+        match self
+            .timed(self.store.subtract(currents, cost, now_ms))
+            .await
+        {
             Ok(values) => Some(values),
             Err(error) => {
                 self.metrics.rollback_failure();
@@ -414,7 +459,13 @@ impl<S: Store> Limiter<S> {
                 bounds
             })
             .collect();
-        let verdict = window::decide(policy.limits(), &lower_bounds, now_ms, cost, Counting::Never);
+        let verdict = window::decide(
+            policy.limits(),
+            &lower_bounds,
+            now_ms,
+            cost,
+            Counting::Never,
+        );
         // Remember only what rejects on its own, for as long as it does.
         let Some(lifetime) = verdict.retry_after_ms.filter(|_| !verdict.allowed) else {
             return;
@@ -452,8 +503,10 @@ impl<S: Store> Limiter<S> {
             FailureMode::Allow => {
                 // Counts are unknown: decide as if empty, which still refuses
                 // a cost no limit could ever admit.
-                let empty: Vec<Vec<u64>> = layouts.iter().map(|layout| vec![0; layout.len()]).collect();
-                let verdict = window::decide(policy.limits(), &empty, now_ms, cost, Counting::Never);
+                let empty: Vec<Vec<u64>> =
+                    layouts.iter().map(|layout| vec![0; layout.len()]).collect();
+                let verdict =
+                    window::decide(policy.limits(), &empty, now_ms, cost, Counting::Never);
                 Ok(self.done(Decision::new(verdict, Source::Fallback)))
             }
             FailureMode::Local => {
@@ -465,7 +518,8 @@ impl<S: Store> Limiter<S> {
                     .await
                     .map_err(CheckError::StoreUnavailable)?;
                 let observed = Self::observed(layouts, batch, found);
-                let verdict = window::decide(policy.limits(), &observed.counts, now_ms, cost, counting);
+                let verdict =
+                    window::decide(policy.limits(), &observed.counts, now_ms, cost, counting);
                 if !verdict.allowed && !verdict.counted && !observed.currents.is_empty() {
                     let _ = self.local.subtract(&observed.currents, cost, now_ms).await;
                 }
@@ -482,7 +536,10 @@ impl<S: Store> Limiter<S> {
     /// A store call under the timeout, with its outcome recorded. Logs only
     /// when the store's health changes, so an outage under load is one line,
     /// not one per request.
-    async fn timed<T>(&self, call: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
+    async fn timed<T>(
+        &self,
+        call: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
         self.metrics.store_call();
         let result = match tokio::time::timeout(self.timeout, call).await {
             Ok(result) => result,

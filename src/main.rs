@@ -13,7 +13,9 @@ use tracing_subscriber::EnvFilter;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")))
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        )
         .init();
     let config = Config::load(&Overrides::parse())?;
     let app = App::from_config(&config)
@@ -36,7 +38,10 @@ async fn main() -> anyhow::Result<()> {
     let listener = TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
-    tracing::info!("slidegate listening on http://{}", server::describe(&listener));
+    tracing::info!(
+        "slidegate listening on http://{}",
+        server::describe(&listener)
+    );
     server::serve(listener, Arc::new(app), shutdown_signal()).await?;
     Ok(())
 }
@@ -44,14 +49,15 @@ async fn main() -> anyhow::Result<()> {
 /// Resolves on the first SIGINT (Ctrl-C) or SIGTERM.
 async fn shutdown_signal() {
     let interrupt = tokio::signal::ctrl_c();
-    let mut terminate = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(signal) => signal,
-        Err(error) => {
-            tracing::warn!(%error, "cannot listen for SIGTERM; stop with Ctrl-C");
-            let _ = interrupt.await;
-            return;
-        }
-    };
+    let mut terminate =
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(signal) => signal,
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for SIGTERM; stop with Ctrl-C");
+                let _ = interrupt.await;
+                return;
+            }
+        };
     tokio::select! {
         _ = interrupt => tracing::info!("SIGINT received"),
         _ = terminate.recv() => tracing::info!("SIGTERM received"),

@@ -97,7 +97,12 @@ impl NearCache {
 
     /// The remembered counts of each limit of `policy`, slid to `now_ms`;
     /// `None` when nothing usable is remembered.
-    pub fn lower_bounds(&self, key: &NearKey, policy: &Policy, now_ms: u64) -> Option<Vec<Vec<u64>>> {
+    pub fn lower_bounds(
+        &self,
+        key: &NearKey,
+        policy: &Policy,
+        now_ms: u64,
+    ) -> Option<Vec<Vec<u64>>> {
         let entry = self.cache.as_ref()?.get(key)?;
         if entry.seen.len() != policy.limits().len() {
             return None;
@@ -152,9 +157,19 @@ mod tests {
             counts: vec![2, 5],
         };
         cache.remember(key, vec![seen], Duration::from_secs(60));
-        assert_eq!(cache.lower_bounds(&key, &policy, 600_000), Some(vec![vec![2, 5]]));
-        assert_eq!(cache.lower_bounds(&key, &policy, 660_000), Some(vec![vec![5, 0]]));
-        assert_eq!(cache.lower_bounds(&key, &policy, 599_999), None, "clock went back");
+        assert_eq!(
+            cache.lower_bounds(&key, &policy, 600_000),
+            Some(vec![vec![2, 5]])
+        );
+        assert_eq!(
+            cache.lower_bounds(&key, &policy, 660_000),
+            Some(vec![vec![5, 0]])
+        );
+        assert_eq!(
+            cache.lower_bounds(&key, &policy, 599_999),
+            None,
+            "clock went back"
+        );
 
         // Same key and windows hash, but another precision: not usable.
         let finer = Policy::new("api", vec![per_minute.with_precision(2).unwrap()]).unwrap();

@@ -221,7 +221,10 @@ pub fn is_plain_name(name: &str) -> bool {
 /// `{"limit": 10, "window": "1s"}`, or `window_ms` instead of `window`,
 /// with an optional `precision`.
 #[derive(Clone, Debug, Default, serde::Deserialize)]
-#[serde(deny_unknown_fields, expecting = "a limit object such as {\"limit\": 10, \"window\": \"1s\"}")]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a limit object such as {\"limit\": 10, \"window\": \"1s\"}"
+)]
 pub struct LimitSpec {
     pub limit: Option<u64>,
     pub window: Option<String>,
@@ -245,14 +248,18 @@ impl LimitSpec {
                 return Err(error("window", "give window or window_ms, not both".into()));
             }
             (None, None) => return Err(error("window", "is required (or window_ms)".into())),
-            (Some(text), None) => parse_duration_ms(text).map_err(|message| error("window", message))?,
+            (Some(text), None) => {
+                parse_duration_ms(text).map_err(|message| error("window", message))?
+            }
             (None, Some(ms)) => ms,
         };
         let field_of = |limit_error: &LimitError| match limit_error.field() {
             "window" if self.window.is_none() => "window_ms",
             field => field,
         };
-        let limit = self.limit.ok_or_else(|| error("limit", "is required".into()))?;
+        let limit = self
+            .limit
+            .ok_or_else(|| error("limit", "is required".into()))?;
         Limit::new(limit, window_ms, self.precision.unwrap_or(1))
             .map_err(|limit_error| error(field_of(&limit_error), limit_error.to_string()))
     }
@@ -290,7 +297,12 @@ pub struct DisplayMs(pub u64);
 impl fmt::Display for DisplayMs {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let ms = self.0;
-        for (unit, unit_ms) in [("d", DAY_MS), ("h", HOUR_MS), ("m", MINUTE_MS), ("s", SECOND_MS)] {
+        for (unit, unit_ms) in [
+            ("d", DAY_MS),
+            ("h", HOUR_MS),
+            ("m", MINUTE_MS),
+            ("s", SECOND_MS),
+        ] {
             if ms != 0 && ms.is_multiple_of(unit_ms) {
                 return write!(f, "{}{unit}", ms / unit_ms);
             }
@@ -345,7 +357,17 @@ mod tests {
 
     #[test]
     fn bad_durations_are_refused() {
-        for text in ["", "10", "m", "1.5s", "-1s", "1 s", "10 m", "1w", "99999999999999999999d"] {
+        for text in [
+            "",
+            "10",
+            "m",
+            "1.5s",
+            "-1s",
+            "1 s",
+            "10 m",
+            "1w",
+            "99999999999999999999d",
+        ] {
             assert!(parse_duration_ms(text).is_err(), "{text:?} was accepted");
         }
     }
@@ -355,7 +377,10 @@ mod tests {
         assert_eq!(Limit::new(0, 1000, 1), Err(LimitError::Limit(0)));
         assert_eq!(Limit::new(5, 0, 1), Err(LimitError::Window(0)));
         assert_eq!(Limit::new(5, 1000, 0), Err(LimitError::PrecisionRange(0)));
-        assert_eq!(Limit::new(5, 1000, 1001), Err(LimitError::PrecisionRange(1001)));
+        assert_eq!(
+            Limit::new(5, 1000, 1001),
+            Err(LimitError::PrecisionRange(1001))
+        );
         assert_eq!(
             Limit::new(5, 1000, 7),
             Err(LimitError::PrecisionDivides {
@@ -391,8 +416,11 @@ mod tests {
         assert!(Policy::new("a b", vec![second]).is_err());
         assert!(is_plain_name("prod-eu.1_a") && !is_plain_name("a:b") && !is_plain_name(""));
         assert!(!is_plain_name(&"x".repeat(65)));
-        let policy = Policy::new("api", vec![second, Limit::per(3, Duration::from_secs(60)).unwrap()])
-            .unwrap();
+        let policy = Policy::new(
+            "api",
+            vec![second, Limit::per(3, Duration::from_secs(60)).unwrap()],
+        )
+        .unwrap();
         assert_eq!(policy.scope(), "api");
         assert_eq!(policy.max_cost(), 3);
     }

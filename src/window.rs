@@ -255,7 +255,13 @@ mod tests {
         assert_eq!(estimate.as_f64(), 350.0);
         assert!(admits(per_minute(500), &[400, 250], now, 1));
 
-        let verdict = decide(&[per_minute(500)], &[vec![400, 250]], now, 1, Counting::IfAdmitted);
+        let verdict = decide(
+            &[per_minute(500)],
+            &[vec![400, 250]],
+            now,
+            1,
+            Counting::IfAdmitted,
+        );
         assert!(verdict.allowed && verdict.counted);
         assert_eq!(verdict.limits[0].estimate.as_f64(), 351.0);
         assert_eq!(verdict.remaining(), 149);
@@ -307,10 +313,22 @@ mod tests {
         let per_second = Limit::new(2, 1_000, 1).unwrap();
         let now = 50 * MINUTE + 500;
         let counts = vec![vec![0, 0], vec![0, 1]];
-        let verdict = decide(&[per_second, per_minute(100)], &counts, now, 2, Counting::IfAdmitted);
+        let verdict = decide(
+            &[per_second, per_minute(100)],
+            &counts,
+            now,
+            2,
+            Counting::IfAdmitted,
+        );
         assert!(verdict.allowed);
         let counts = vec![vec![0, 1], vec![0, 1]];
-        let verdict = decide(&[per_second, per_minute(100)], &counts, now, 2, Counting::IfAdmitted);
+        let verdict = decide(
+            &[per_second, per_minute(100)],
+            &counts,
+            now,
+            2,
+            Counting::IfAdmitted,
+        );
         assert!(!verdict.allowed && !verdict.counted);
         assert_eq!(verdict.limits[1].estimate.as_f64(), 1.0);
         // The minute limit never objected. The per-second one needs its 1
@@ -334,7 +352,13 @@ mod tests {
 
     #[test]
     fn cost_above_the_limit_never_passes() {
-        let verdict = decide(&[per_minute(5)], &[vec![0, 0]], MINUTE, 6, Counting::IfAdmitted);
+        let verdict = decide(
+            &[per_minute(5)],
+            &[vec![0, 0]],
+            MINUTE,
+            6,
+            Counting::IfAdmitted,
+        );
         assert!(!verdict.allowed);
         assert_eq!(verdict.retry_after_ms, None);
     }

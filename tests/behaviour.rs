@@ -71,7 +71,11 @@ fn limiter<S: Store>(store: S, offset_ms: u64) -> (Limiter<S>, ManualClock) {
 }
 
 fn estimates(decision: &slidegate::Decision) -> Vec<f64> {
-    decision.limits.iter().map(|state| state.estimate.as_f64()).collect()
+    decision
+        .limits
+        .iter()
+        .map(|state| state.estimate.as_f64())
+        .collect()
 }
 
 async fn admits_up_to_the_limit_then_rejects<S: Store>(store: S) {
@@ -144,7 +148,10 @@ async fn sub_buckets_and_reports_follow_the_worked_example<S: Store>(store: S) {
     limiter.report("k", &api, 30).await.unwrap();
     // 30% into the current sub-bucket: 20 * 0.7 + 40 + 30 = 84.
     clock.advance(Duration::from_millis(600));
-    assert_eq!(estimates(&limiter.peek("k", &api, 1).await.unwrap()), [84.0]);
+    assert_eq!(
+        estimates(&limiter.peek("k", &api, 1).await.unwrap()),
+        [84.0]
+    );
     let refused = limiter.check("k", &api, 17).await.unwrap();
     assert!(!refused.allowed);
     assert_eq!(refused.retry_after_ms, Some(100));
@@ -160,7 +167,11 @@ async fn several_limits_count_only_if_all_admit<S: Store>(store: S) {
     assert!(limiter.check("k", &api, 1).await.unwrap().allowed);
     let refused = limiter.check("k", &api, 1).await.unwrap();
     assert!(!refused.allowed);
-    assert_eq!(estimates(&refused), [2.0, 2.0], "the minute limit did not count it");
+    assert_eq!(
+        estimates(&refused),
+        [2.0, 2.0],
+        "the minute limit did not count it"
+    );
 
     clock.advance(Duration::from_millis(2_000));
     let third = limiter.check("k", &api, 1).await.unwrap();
@@ -180,7 +191,10 @@ async fn peek_counts_nothing<S: Store>(store: S) {
         assert!(peek.allowed && !peek.counted);
         assert_eq!(estimates(&peek), [0.0]);
     }
-    assert_eq!(estimates(&limiter.check("k", &api, 3).await.unwrap()), [3.0]);
+    assert_eq!(
+        estimates(&limiter.check("k", &api, 3).await.unwrap()),
+        [3.0]
+    );
     let peek = limiter.peek("k", &api, 1).await.unwrap();
     assert!(!peek.allowed, "a peek gives the check's verdict");
     assert_eq!(peek.retry_after_ms, Some(MINUTE + MINUTE / 3));
@@ -192,7 +206,10 @@ async fn report_counts_even_over_the_limit<S: Store>(store: S) {
     let report = limiter.report("k", &api, 2).await.unwrap();
     assert!(report.allowed && report.counted);
     let report = limiter.report("k", &api, 5).await.unwrap();
-    assert!(!report.allowed && report.counted, "counted, and says the counts are over");
+    assert!(
+        !report.allowed && report.counted,
+        "counted, and says the counts are over"
+    );
     assert_eq!(estimates(&report), [7.0]);
     assert!(!limiter.check("k", &api, 1).await.unwrap().allowed);
 }
@@ -204,7 +221,10 @@ async fn smaller_cost_passes_where_a_larger_one_was_refused<S: Store>(store: S) 
     let refused = limiter.check("k", &api, 5).await.unwrap();
     assert_eq!((refused.allowed, refused.source), (false, Source::Store));
     let refused = limiter.check("k", &api, 5).await.unwrap();
-    assert_eq!((refused.allowed, refused.source), (false, Source::NearCache));
+    assert_eq!(
+        (refused.allowed, refused.source),
+        (false, Source::NearCache)
+    );
     let admitted = limiter.check("k", &api, 2).await.unwrap();
     assert_eq!((admitted.allowed, admitted.source), (true, Source::Store));
     assert_eq!(estimates(&admitted), [10.0]);
@@ -216,13 +236,19 @@ async fn cost_above_every_chance_is_refused_and_not_counted<S: Store>(store: S) 
     let refused = limiter.check("k", &api, 4).await.unwrap();
     assert!(!refused.allowed && !refused.counted);
     assert_eq!(refused.retry_after_ms, None);
-    assert_eq!(estimates(&limiter.peek("k", &api, 1).await.unwrap()), [0.0, 0.0]);
+    assert_eq!(
+        estimates(&limiter.peek("k", &api, 1).await.unwrap()),
+        [0.0, 0.0]
+    );
 }
 
 async fn counter_identity_is_scope_key_window_precision<S: Store>(store: S) {
     let (limiter, _) = limiter(store, 0);
     let five = limit(5, MINUTE, 1);
-    limiter.check("k", &policy("api", &[five]), 3).await.unwrap();
+    limiter
+        .check("k", &policy("api", &[five]), 3)
+        .await
+        .unwrap();
     let seen = |policy: Policy, key: &'static str| {
         let limiter = &limiter;
         async move { estimates(&limiter.peek(key, &policy, 1).await.unwrap())[0] }
@@ -233,10 +259,16 @@ async fn counter_identity_is_scope_key_window_precision<S: Store>(store: S) {
     assert_eq!(seen(policy("api", &[five]), "k2").await, 0.0);
     assert_eq!(seen(policy("other", &[five]), "k").await, 0.0);
     assert_eq!(seen(Policy::inline(vec![five]).unwrap(), "k").await, 0.0);
-    assert_eq!(seen(policy("api", &[limit(5, 2 * MINUTE, 1)]), "k").await, 0.0);
+    assert_eq!(
+        seen(policy("api", &[limit(5, 2 * MINUTE, 1)]), "k").await,
+        0.0
+    );
     assert_eq!(seen(policy("api", &[limit(5, MINUTE, 2)]), "k").await, 0.0);
     // Inline limits share the `inline` scope across requests.
-    limiter.check("k", &Policy::inline(vec![limit(9, MINUTE, 1)]).unwrap(), 2).await.unwrap();
+    limiter
+        .check("k", &Policy::inline(vec![limit(9, MINUTE, 1)]).unwrap(), 2)
+        .await
+        .unwrap();
     assert_eq!(seen(Policy::inline(vec![five]).unwrap(), "k").await, 2.0);
 }
 
@@ -259,13 +291,25 @@ async fn any_key_maps_to_its_own_counters<S: Store>(store: S) {
         long.as_str(),
     ];
     for key in keys {
-        assert!(limiter.check(key, &once, 1).await.unwrap().allowed, "{key:?}");
+        assert!(
+            limiter.check(key, &once, 1).await.unwrap().allowed,
+            "{key:?}"
+        );
     }
     for key in keys {
-        assert!(!limiter.check(key, &once, 1).await.unwrap().allowed, "{key:?}");
+        assert!(
+            !limiter.check(key, &once, 1).await.unwrap().allowed,
+            "{key:?}"
+        );
     }
-    assert_eq!(estimates(&limiter.peek("victim", &once, 1).await.unwrap()), [1.0]);
-    assert_eq!(estimates(&limiter.peek("a b ", &once, 1).await.unwrap()), [0.0]);
+    assert_eq!(
+        estimates(&limiter.peek("victim", &once, 1).await.unwrap()),
+        [1.0]
+    );
+    assert_eq!(
+        estimates(&limiter.peek("a b ", &once, 1).await.unwrap()),
+        [0.0]
+    );
 }
 
 async fn invalid_keys_and_costs_are_errors<S: Store>(store: S) {
@@ -273,10 +317,16 @@ async fn invalid_keys_and_costs_are_errors<S: Store>(store: S) {
     let api = policy("api", &[limit(5, MINUTE, 1)]);
     let too_long = "x".repeat(1025);
     for key in ["", too_long.as_str()] {
-        assert!(matches!(limiter.check(key, &api, 1).await, Err(CheckError::InvalidKey(_))));
+        assert!(matches!(
+            limiter.check(key, &api, 1).await,
+            Err(CheckError::InvalidKey(_))
+        ));
     }
     for cost in [0, slidegate::policy::MAX_AMOUNT + 1] {
-        assert!(matches!(limiter.check("k", &api, cost).await, Err(CheckError::InvalidCost(_))));
+        assert!(matches!(
+            limiter.check("k", &api, cost).await,
+            Err(CheckError::InvalidCost(_))
+        ));
     }
 }
 
@@ -289,10 +339,17 @@ async fn near_cache_answers_hot_rejects_without_the_store<S: Store>(store: S) {
     let calls = limiter.metrics().store_calls;
     for _ in 0..100 {
         let decision = limiter.check("hot", &api, 1).await.unwrap();
-        assert_eq!((decision.allowed, decision.source), (false, Source::NearCache));
+        assert_eq!(
+            (decision.allowed, decision.source),
+            (false, Source::NearCache)
+        );
         assert_eq!(decision.retry_after_ms, Some(42_000));
     }
-    assert_eq!(limiter.metrics().store_calls, calls, "hot rejects touched the store");
+    assert_eq!(
+        limiter.metrics().store_calls,
+        calls,
+        "hot rejects touched the store"
+    );
     assert_eq!(limiter.metrics().near_cache_hits(), 100);
     // Other keys and peeks of other policies are not affected.
     assert!(limiter.check("cold", &api, 1).await.unwrap().allowed);

@@ -24,7 +24,9 @@ async fn one_hundred_callers_four_instances_admit_exactly_the_limit() {
     let mut instances = Vec::new();
     for _ in 0..INSTANCES {
         let store = MemcachedStore::connect(&options).await.unwrap();
-        instances.push(Arc::new(Limiter::builder(store).clock(clock.clone()).build()));
+        instances.push(Arc::new(
+            Limiter::builder(store).clock(clock.clone()).build(),
+        ));
     }
     let policy = Arc::new(Policy::new("api", vec![Limit::new(5, 60_000, 1).unwrap()]).unwrap());
 
@@ -49,7 +51,9 @@ async fn one_hundred_callers_four_instances_admit_exactly_the_limit() {
         admitted_per_repetition.push(admitted);
     }
     assert!(
-        admitted_per_repetition.iter().all(|&admitted| admitted == 5),
+        admitted_per_repetition
+            .iter()
+            .all(|&admitted| admitted == 5),
         "admitted per repetition: {admitted_per_repetition:?}"
     );
 }

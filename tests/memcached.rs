@@ -49,13 +49,21 @@ async fn round_trips_per_call() {
     assert!(limiter.check("k", &api, 1).await.unwrap().allowed);
     let after = memcached.stats();
     assert_eq!(proxy.round_trips() - before.0, 1, "admitted check");
-    assert_eq!(after["cmd_get"] - before.1["cmd_get"], 1, "one read: the previous bucket");
+    assert_eq!(
+        after["cmd_get"] - before.1["cmd_get"],
+        1,
+        "one read: the previous bucket"
+    );
 
     limiter.check("k", &api, 2).await.unwrap();
     let before = proxy.round_trips();
     let first_reject = limiter.check("k", &api, 1).await.unwrap();
     assert_eq!(first_reject.source, Source::Store);
-    assert_eq!(proxy.round_trips() - before, 2, "first reject: check and rollback");
+    assert_eq!(
+        proxy.round_trips() - before,
+        2,
+        "first reject: check and rollback"
+    );
 
     let (before, bytes_before) = (proxy.round_trips(), memcached.stats()["bytes_read"]);
     for _ in 0..100 {
@@ -89,7 +97,9 @@ async fn buckets_live_two_windows() {
     let memcached = common::shared_memcached();
     let now = common::today_ms() + 1_000;
     let store = Arc::new(store_at(vec![memcached.addr()]).await);
-    let limiter = Limiter::builder(store.clone()).clock(ManualClock::new(now)).build();
+    let limiter = Limiter::builder(store.clone())
+        .clock(ManualClock::new(now))
+        .build();
     for (window_ms, expected_ttl) in [(MINUTE, 122), (40 * 86_400_000, 80 * 86_400 + 2)] {
         let api = policy(&[(5, window_ms, 1)]);
         limiter.check("k", &api, 1).await.unwrap();
@@ -119,7 +129,10 @@ async fn buckets_live_two_windows() {
 #[tokio::test]
 async fn client_keys_never_reach_the_wire_as_text() {
     let memcached = Memcached::start();
-    assert_eq!(memcached.raw("set sentinel 0 0 2\r\nok\r\n", "\r\n"), "STORED\r\n");
+    assert_eq!(
+        memcached.raw("set sentinel 0 0 2\r\nok\r\n", "\r\n"),
+        "STORED\r\n"
+    );
     let limiter = Limiter::new(store_at(vec![memcached.addr()]).await);
     let api = policy(&[(5, MINUTE, 1)]);
     let long = format!("{}\r\nflush_all\r\n", "y".repeat(1000));
@@ -132,7 +145,10 @@ async fn client_keys_never_reach_the_wire_as_text() {
     ] {
         limiter.check(key, &api, 1).await.unwrap();
     }
-    assert_eq!(memcached.raw("get sentinel\r\n", "END\r\n"), "VALUE sentinel 0 2\r\nok\r\nEND\r\n");
+    assert_eq!(
+        memcached.raw("get sentinel\r\n", "END\r\n"),
+        "VALUE sentinel 0 2\r\nok\r\nEND\r\n"
+    );
     let dump = memcached.raw("lru_crawler metadump all\r\n", "END\r\n");
     // metadump URL-encodes keys; ours only ever need ':' decoded.
     let keys: Vec<String> = dump
@@ -143,7 +159,13 @@ async fn client_keys_never_reach_the_wire_as_text() {
         .collect();
     assert_eq!(keys.len(), 5);
     for key in keys {
-        assert!(key.len() <= 250 && key.bytes().all(|b| b.is_ascii_alphanumeric() || b".:-".contains(&b)), "{key}");
+        assert!(
+            key.len() <= 250
+                && key
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b".:-".contains(&b)),
+            "{key}"
+        );
     }
 }
 
@@ -155,7 +177,9 @@ async fn keys_route_by_digest_over_several_servers() {
     let addrs: Vec<String> = servers.iter().map(Memcached::addr).collect();
     let now = common::today_ms() + 1_000;
     let store = Arc::new(store_at(addrs.clone()).await);
-    let limiter = Limiter::builder(store.clone()).clock(ManualClock::new(now)).build();
+    let limiter = Limiter::builder(store.clone())
+        .clock(ManualClock::new(now))
+        .build();
     let api = policy(&[(10, MINUTE, 1), (100, 60 * MINUTE, 4)]);
     let mut per_server = [0usize; 3];
     for index in 0..300 {
@@ -175,16 +199,28 @@ async fn keys_route_by_digest_over_several_servers() {
         let owner = DigestRendezvous::pick(wire_keys[0].as_bytes(), &addrs);
         for (server, memcached) in servers.iter().enumerate() {
             for wire_key in &wire_keys {
-                let held = memcached.raw(&format!("mg {wire_key} v\r\n"), "\r\n").starts_with("VA");
-                assert_eq!(held, server == owner, "{key}: {wire_key} on server {server}");
+                let held = memcached
+                    .raw(&format!("mg {wire_key} v\r\n"), "\r\n")
+                    .starts_with("VA");
+                assert_eq!(
+                    held,
+                    server == owner,
+                    "{key}: {wire_key} on server {server}"
+                );
             }
         }
         per_server[owner] += 1;
     }
-    assert!(per_server.iter().all(|&n| n > 60), "unbalanced: {per_server:?}");
+    assert!(
+        per_server.iter().all(|&n| n > 60),
+        "unbalanced: {per_server:?}"
+    );
 }
 
-fn limiter_on(memcached: &Memcached, mode: FailureMode) -> impl Future<Output = Limiter<MemcachedStore>> {
+fn limiter_on(
+    memcached: &Memcached,
+    mode: FailureMode,
+) -> impl Future<Output = Limiter<MemcachedStore>> {
     let mut options = common::memcached_options(vec![memcached.addr()]);
     options.timeout = Duration::from_millis(50);
     async move {
@@ -199,16 +235,25 @@ async fn fail_open_then_recover_by_itself() {
     let mut memcached = Memcached::start();
     let limiter = limiter_on(&memcached, FailureMode::Allow).await;
     let api = policy(&[(1, MINUTE, 1)]);
-    assert_eq!(limiter.check("k", &api, 1).await.unwrap().source, Source::Store);
+    assert_eq!(
+        limiter.check("k", &api, 1).await.unwrap().source,
+        Source::Store
+    );
     assert!(limiter.ready().await.is_ok());
 
     memcached.kill();
     for _ in 0..3 {
         let decision = limiter.check("k", &api, 1).await.unwrap();
-        assert_eq!((decision.allowed, decision.source), (true, Source::Fallback));
+        assert_eq!(
+            (decision.allowed, decision.source),
+            (true, Source::Fallback)
+        );
     }
     let refused = limiter.check("k", &api, 2).await.unwrap();
-    assert!(!refused.allowed, "a cost above the limit is refused even when failing open");
+    assert!(
+        !refused.allowed,
+        "a cost above the limit is refused even when failing open"
+    );
     assert!(limiter.ready().await.is_err());
     assert!(limiter.metrics().store_errors >= 4);
 
@@ -267,6 +312,10 @@ async fn a_silent_store_times_out() {
     let started = Instant::now();
     let decision = limiter.check("k", &api, 1).await.unwrap();
     assert_eq!(decision.source, Source::Fallback);
-    assert!(started.elapsed() < Duration::from_secs(1), "took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "took {:?}",
+        started.elapsed()
+    );
     assert!(limiter.store().ping().await.is_err());
 }

@@ -53,7 +53,10 @@ impl Reference {
     /// The first millisecond from `now` at which the request fits, found by
     /// trying them all; every count has left after two windows.
     fn retry_after(&self, limits: &[Limit], now: u64, cost: u64) -> Option<u64> {
-        let horizon = limits.iter().map(|l| 2 * l.window().window_ms() + 2).max()?;
+        let horizon = limits
+            .iter()
+            .map(|l| 2 * l.window().window_ms() + 2)
+            .max()?;
         (0..=horizon).find(|&wait| self.admits(limits, now + wait, cost))
     }
 }
@@ -84,7 +87,10 @@ impl Counters {
 /// Small windows (so the brute force stays quick) with every precision
 /// that divides them.
 fn limit() -> impl Strategy<Value = Limit> {
-    (prop::sample::select(vec![1u64, 7, 10, 12, 30, 60, 100]), 1u64..=12)
+    (
+        prop::sample::select(vec![1u64, 7, 10, 12, 30, 60, 100]),
+        1u64..=12,
+    )
         .prop_flat_map(|(window_ms, limit)| {
             let divisors: Vec<u32> = (1..=window_ms as u32)
                 .filter(|k| window_ms % u64::from(*k) == 0)

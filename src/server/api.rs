@@ -34,7 +34,10 @@ pub(crate) struct Call<'a> {
 }
 
 /// Parse and validate a body; the error is the 400 message, naming the field.
-pub(crate) fn parse_call<'a>(body: &[u8], policies: &'a HashMap<String, Policy>) -> Result<Call<'a>, String> {
+pub(crate) fn parse_call<'a>(
+    body: &[u8],
+    policies: &'a HashMap<String, Policy>,
+) -> Result<Call<'a>, String> {
     // serde would also read a struct from an array, by position: refuse
     // anything but an object before it gets the chance.
     match body.iter().find(|byte| !byte.is_ascii_whitespace()) {
@@ -62,14 +65,19 @@ pub(crate) fn parse_call<'a>(body: &[u8], policies: &'a HashMap<String, Policy>)
         None => return Err("key: is required".to_owned()),
         Some(key) if key.is_empty() => return Err("key: must not be empty".to_owned()),
         Some(key) if key.len() > MAX_KEY_BYTES => {
-            return Err(format!("key: must be at most {MAX_KEY_BYTES} bytes, got {}", key.len()));
+            return Err(format!(
+                "key: must be at most {MAX_KEY_BYTES} bytes, got {}",
+                key.len()
+            ));
         }
         Some(key) => key,
     };
     let cost = call.cost.unwrap_or(1);
     check_cost(cost)?;
     let policy = match (call.policy, call.limits) {
-        (Some(_), Some(_)) => return Err("policy: give a policy or inline limits, not both".to_owned()),
+        (Some(_), Some(_)) => {
+            return Err("policy: give a policy or inline limits, not both".to_owned());
+        }
         (None, None) => return Err("policy: is required (or inline limits)".to_owned()),
         (Some(name), None) => Cow::Borrowed(named_policy(&name, policies)?),
         (None, Some(specs)) => Cow::Owned(inline_policy(&specs)?),
@@ -81,15 +89,23 @@ pub(crate) fn check_cost(cost: u64) -> Result<u64, String> {
     if (1..=MAX_AMOUNT).contains(&cost) {
         Ok(cost)
     } else {
-        Err(format!("cost: must be an integer from 1 to {MAX_AMOUNT}, got {cost}"))
+        Err(format!(
+            "cost: must be an integer from 1 to {MAX_AMOUNT}, got {cost}"
+        ))
     }
 }
 
-pub(crate) fn named_policy<'a>(name: &str, policies: &'a HashMap<String, Policy>) -> Result<&'a Policy, String> {
+pub(crate) fn named_policy<'a>(
+    name: &str,
+    policies: &'a HashMap<String, Policy>,
+) -> Result<&'a Policy, String> {
     policies.get(name).ok_or_else(|| {
         let mut known: Vec<&str> = policies.keys().map(String::as_str).collect();
         known.sort_unstable();
-        format!("policy: no policy named {name:?} is configured (known: {})", known.join(", "))
+        format!(
+            "policy: no policy named {name:?} is configured (known: {})",
+            known.join(", ")
+        )
     })
 }
 
@@ -98,7 +114,10 @@ fn inline_policy(specs: &[LimitSpec]) -> Result<Policy, String> {
         return Err("limits: must not be empty".to_owned());
     }
     if specs.len() > MAX_LIMITS {
-        return Err(format!("limits: at most {MAX_LIMITS} limits, got {}", specs.len()));
+        return Err(format!(
+            "limits: at most {MAX_LIMITS} limits, got {}",
+            specs.len()
+        ));
     }
     let limits = specs
         .iter()
@@ -172,13 +191,19 @@ fn seconds_rounded_up(ms: u64) -> u64 {
 
 /// `RateLimit-Policy` and `RateLimit` (IETF httpapi draft), and
 /// `Retry-After` when the request was refused and can pass later.
-pub(crate) fn rate_limit_headers(decision: &Decision, policy: &Policy) -> Vec<(HeaderName, String)> {
+pub(crate) fn rate_limit_headers(
+    decision: &Decision,
+    policy: &Policy,
+) -> Vec<(HeaderName, String)> {
     let mut quota = Vec::new();
     let mut state = Vec::new();
     for (index, limit) in decision.limits.iter().enumerate() {
         let name = limit_name(policy, index);
         let window_secs = seconds_rounded_up(limit.limit.window().window_ms()).max(1);
-        quota.push(format!("\"{name}\";q={};w={window_secs}", limit.limit.limit()));
+        quota.push(format!(
+            "\"{name}\";q={};w={window_secs}",
+            limit.limit.limit()
+        ));
         state.push(format!(
             "\"{name}\";r={};t={}",
             limit.remaining,
@@ -186,7 +211,10 @@ pub(crate) fn rate_limit_headers(decision: &Decision, policy: &Policy) -> Vec<(H
         ));
     }
     let mut headers = vec![
-        (HeaderName::from_static("ratelimit-policy"), quota.join(", ")),
+        (
+            HeaderName::from_static("ratelimit-policy"),
+            quota.join(", "),
+        ),
         (HeaderName::from_static("ratelimit"), state.join(", ")),
     ];
     if !decision.allowed
@@ -197,7 +225,11 @@ pub(crate) fn rate_limit_headers(decision: &Decision, policy: &Policy) -> Vec<(H
     headers
 }
 
-pub(crate) fn respond(status: StatusCode, headers: Vec<(HeaderName, String)>, body: Bytes) -> Response<Body> {
+pub(crate) fn respond(
+    status: StatusCode,
+    headers: Vec<(HeaderName, String)>,
+    body: Bytes,
+) -> Response<Body> {
     let mut response = Response::new(Full::new(body));
     *response.status_mut() = status;
     let map = response.headers_mut();
@@ -239,21 +271,34 @@ mod tests {
     #[test]
     fn good_calls_parse() {
         let policies = policies();
-        let call = parse_call(br#"{"key": "client-42", "policy": "api", "cost": 2}"#, &policies).unwrap();
-        assert_eq!((call.key.as_str(), call.policy.scope(), call.cost), ("client-42", "api", 2));
+        let call = parse_call(
+            br#"{"key": "client-42", "policy": "api", "cost": 2}"#,
+            &policies,
+        )
+        .unwrap();
+        assert_eq!(
+            (call.key.as_str(), call.policy.scope(), call.cost),
+            ("client-42", "api", 2)
+        );
         let call = parse_call(
             br#"{"key": "k", "limits": [{"limit": 10, "window": "1s"}, {"limit": 3000, "window_ms": 600000, "precision": 10}]}"#,
             &policies,
         )
         .unwrap();
-        assert_eq!((call.policy.scope(), call.policy.limits().len(), call.cost), ("inline", 2, 1));
+        assert_eq!(
+            (call.policy.scope(), call.policy.limits().len(), call.cost),
+            ("inline", 2, 1)
+        );
     }
 
     #[test]
     fn every_bad_input_names_its_field() {
         let cases = [
             ("{", "body: malformed JSON"),
-            (r#"{"key": "k", "policy": "api"} trailing"#, "body: malformed JSON"),
+            (
+                r#"{"key": "k", "policy": "api"} trailing"#,
+                "body: malformed JSON",
+            ),
             ("", "body: is empty"),
             (" \n", "body: is empty"),
             ("[1]", "body: must be a JSON object"),
@@ -261,35 +306,98 @@ mod tests {
             ("\"k\"", "body: must be a JSON object"),
             (r#"{"policy": "api"}"#, "key: is required"),
             (r#"{"key": "", "policy": "api"}"#, "key: must not be empty"),
-            (r#"{"key": 5, "policy": "api"}"#, "key: invalid type: integer"),
+            (
+                r#"{"key": 5, "policy": "api"}"#,
+                "key: invalid type: integer",
+            ),
             (r#"{"key": "k"}"#, "policy: is required"),
-            (r#"{"key": "k", "policy": "nope"}"#, "policy: no policy named \"nope\""),
-            (r#"{"key": "k", "policy": "api", "cost": 0}"#, "cost: must be an integer from 1"),
-            (r#"{"key": "k", "policy": "api", "cost": -1}"#, "cost: invalid value: integer `-1`"),
-            (r#"{"key": "k", "policy": "api", "cost": 1.5}"#, "cost: invalid type: floating point"),
-            (r#"{"key": "k", "policy": "api", "cost": "1"}"#, "cost: invalid type: string"),
-            (r#"{"key": "k", "policy": "api", "costs": 1}"#, "costs: unknown field `costs`"),
-            (r#"{"key": "k", "policy": "api", "limits": []}"#, "policy: give a policy or inline limits, not both"),
+            (
+                r#"{"key": "k", "policy": "nope"}"#,
+                "policy: no policy named \"nope\"",
+            ),
+            (
+                r#"{"key": "k", "policy": "api", "cost": 0}"#,
+                "cost: must be an integer from 1",
+            ),
+            (
+                r#"{"key": "k", "policy": "api", "cost": -1}"#,
+                "cost: invalid value: integer `-1`",
+            ),
+            (
+                r#"{"key": "k", "policy": "api", "cost": 1.5}"#,
+                "cost: invalid type: floating point",
+            ),
+            (
+                r#"{"key": "k", "policy": "api", "cost": "1"}"#,
+                "cost: invalid type: string",
+            ),
+            (
+                r#"{"key": "k", "policy": "api", "costs": 1}"#,
+                "costs: unknown field `costs`",
+            ),
+            (
+                r#"{"key": "k", "policy": "api", "limits": []}"#,
+                "policy: give a policy or inline limits, not both",
+            ),
             (r#"{"key": "k", "limits": []}"#, "limits: must not be empty"),
-            (r#"{"key": "k", "limits": [{"limit": 0, "window": "1s"}]}"#, "limits[0].limit: must be an integer"),
-            (r#"{"key": "k", "limits": [{"window": "1s"}]}"#, "limits[0].limit: is required"),
-            (r#"{"key": "k", "limits": [{"limit": 1}]}"#, "limits[0].window: is required"),
-            (r#"{"key": "k", "limits": [{"limit": 1, "window": "fast"}]}"#, "limits[0].window: \"fast\" is not a duration"),
-            (r#"{"key": "k", "limits": [{"limit": 1, "window": "1s", "window_ms": 1000}]}"#, "limits[0].window: give window or window_ms"),
-            (r#"{"key": "k", "limits": [{"limit": 1, "window_ms": 0}]}"#, "limits[0].window_ms: must be from 1ms"),
-            (r#"{"key": "k", "limits": [{"limit": 1, "window": "1s", "precision": 7}]}"#, "limits[0].precision: 7 does not divide"),
-            (r#"{"key": "k", "limits": [{"limit": 1, "window": "1s", "precision": 0}]}"#, "limits[0].precision: must be from 1"),
-            (r#"{"key": "k", "limits": [{"limit": 1, "window": "1s", "burst": 2}]}"#, "limits[0].burst: unknown field `burst`"),
-            (r#"{"key": "k", "limits": [{"limit": 1, "window": "1s"}, {"limit": 2, "window": "1s"}]}"#, "limits: limits 0 and 1 have the same window"),
+            (
+                r#"{"key": "k", "limits": [{"limit": 0, "window": "1s"}]}"#,
+                "limits[0].limit: must be an integer",
+            ),
+            (
+                r#"{"key": "k", "limits": [{"window": "1s"}]}"#,
+                "limits[0].limit: is required",
+            ),
+            (
+                r#"{"key": "k", "limits": [{"limit": 1}]}"#,
+                "limits[0].window: is required",
+            ),
+            (
+                r#"{"key": "k", "limits": [{"limit": 1, "window": "fast"}]}"#,
+                "limits[0].window: \"fast\" is not a duration",
+            ),
+            (
+                r#"{"key": "k", "limits": [{"limit": 1, "window": "1s", "window_ms": 1000}]}"#,
+                "limits[0].window: give window or window_ms",
+            ),
+            (
+                r#"{"key": "k", "limits": [{"limit": 1, "window_ms": 0}]}"#,
+                "limits[0].window_ms: must be from 1ms",
+            ),
+            (
+                r#"{"key": "k", "limits": [{"limit": 1, "window": "1s", "precision": 7}]}"#,
+                "limits[0].precision: 7 does not divide",
+            ),
+            (
+                r#"{"key": "k", "limits": [{"limit": 1, "window": "1s", "precision": 0}]}"#,
+                "limits[0].precision: must be from 1",
+            ),
+            (
+                r#"{"key": "k", "limits": [{"limit": 1, "window": "1s", "burst": 2}]}"#,
+                "limits[0].burst: unknown field `burst`",
+            ),
+            (
+                r#"{"key": "k", "limits": [{"limit": 1, "window": "1s"}, {"limit": 2, "window": "1s"}]}"#,
+                "limits: limits 0 and 1 have the same window",
+            ),
         ];
         for (body, expected) in cases {
             let message = error_of(body);
-            assert!(message.starts_with(expected) || message.contains(expected), "{body}: {message}");
+            assert!(
+                message.starts_with(expected) || message.contains(expected),
+                "{body}: {message}"
+            );
         }
-        let too_many = format!(r#"{{"key": "k", "limits": [{}]}}"#, vec![r#"{"limit": 1, "window": "1s"}"#; 17].join(","));
+        let too_many = format!(
+            r#"{{"key": "k", "limits": [{}]}}"#,
+            vec![r#"{"limit": 1, "window": "1s"}"#; 17].join(",")
+        );
         assert_eq!(error_of(&too_many), "limits: at most 16 limits, got 17");
         let long_key = format!(r#"{{"key": "{}", "policy": "api"}}"#, "x".repeat(1025));
-        assert_eq!(error_of(&long_key), "key: must be at most 1024 bytes, got 1025");
+        assert_eq!(
+            error_of(&long_key),
+            "key: must be at most 1024 bytes, got 1025"
+        );
     }
 
     #[test]

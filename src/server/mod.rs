@@ -39,7 +39,11 @@ pub struct App {
 }
 
 impl App {
-    pub fn new(limiter: Limiter<AnyStore>, policies: impl IntoIterator<Item = Policy>, auth: AuthConfig) -> App {
+    pub fn new(
+        limiter: Limiter<AnyStore>,
+        policies: impl IntoIterator<Item = Policy>,
+        auth: AuthConfig,
+    ) -> App {
         App {
             limiter,
             policies: policies
@@ -68,7 +72,11 @@ impl App {
             .near_cache_capacity(config.near_cache_capacity)
             .failure_mode(config.failure_mode)
             .build();
-        Ok(App::new(limiter, config.policies.values().cloned(), config.auth.clone()))
+        Ok(App::new(
+            limiter,
+            config.policies.values().cloned(),
+            config.auth.clone(),
+        ))
     }
 
     pub fn limiter(&self) -> &Limiter<AnyStore> {
@@ -126,7 +134,8 @@ pub async fn serve(
 
 /// The address a listener is bound to, for logs.
 pub fn describe(listener: &TcpListener) -> String {
-    listener
-        .local_addr()
-        .map_or_else(|_| "an unknown address".to_owned(), |addr: SocketAddr| addr.to_string())
+    listener.local_addr().map_or_else(
+        |_| "an unknown address".to_owned(),
+        |addr: SocketAddr| addr.to_string(),
+    )
 }

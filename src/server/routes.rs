@@ -20,7 +20,11 @@ enum Operation {
     Report,
 }
 
-pub(crate) async fn handle(app: &App, request: Request<Incoming>, peer: SocketAddr) -> Response<Body> {
+pub(crate) async fn handle(
+    app: &App,
+    request: Request<Incoming>,
+    peer: SocketAddr,
+) -> Response<Body> {
     let get = matches!(*request.method(), Method::GET | Method::HEAD);
     let post = request.method() == Method::POST;
     match request.uri().path() {
@@ -38,8 +42,13 @@ pub(crate) async fn handle(app: &App, request: Request<Incoming>, peer: SocketAd
 }
 
 fn method_not_allowed(allowed: &'static str) -> Response<Body> {
-    let mut response = api::error(StatusCode::METHOD_NOT_ALLOWED, format!("method not allowed; use {allowed}"));
-    response.headers_mut().insert(ALLOW, HeaderValue::from_static(allowed));
+    let mut response = api::error(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!("method not allowed; use {allowed}"),
+    );
+    response
+        .headers_mut()
+        .insert(ALLOW, HeaderValue::from_static(allowed));
     response
 }
 
@@ -71,7 +80,11 @@ async fn decide(app: &App, request: Request<Incoming>, operation: Operation) -> 
 }
 
 fn decision_response(status: StatusCode, decision: &Decision, policy: &Policy) -> Response<Body> {
-    api::respond(status, api::rate_limit_headers(decision, policy), api::decision_json(decision))
+    api::respond(
+        status,
+        api::rate_limit_headers(decision, policy),
+        api::decision_json(decision),
+    )
 }
 
 fn check_error(error: CheckError) -> Response<Body> {
@@ -132,11 +145,19 @@ async fn forward_auth(app: &App, request: &Request<Incoming>, peer: SocketAddr) 
     for (name, value) in form_urlencoded::parse(request.uri().query().unwrap_or("").as_bytes()) {
         match name.as_ref() {
             "policy" => policy_name = Some(value.into_owned()),
-            "cost" => match value.parse::<u64>().map_err(|_| format!("cost: {value:?} is not a whole number")).and_then(api::check_cost) {
+            "cost" => match value
+                .parse::<u64>()
+                .map_err(|_| format!("cost: {value:?} is not a whole number"))
+                .and_then(api::check_cost)
+            {
                 Ok(parsed) => cost = parsed,
                 Err(message) => return api::error(StatusCode::BAD_REQUEST, message),
             },
-            "deny_status" => match value.parse::<u16>().ok().filter(|status| (400..=599).contains(status)) {
+            "deny_status" => match value
+                .parse::<u16>()
+                .ok()
+                .filter(|status| (400..=599).contains(status))
+            {
                 Some(status) => deny_status = status,
                 None => {
                     return api::error(
@@ -145,7 +166,12 @@ async fn forward_auth(app: &App, request: &Request<Incoming>, peer: SocketAddr) 
                     );
                 }
             },
-            other => return api::error(StatusCode::BAD_REQUEST, format!("{other}: unknown query parameter")),
+            other => {
+                return api::error(
+                    StatusCode::BAD_REQUEST,
+                    format!("{other}: unknown query parameter"),
+                );
+            }
         }
     }
     let Some(policy_name) = policy_name else {
@@ -175,7 +201,11 @@ async fn forward_auth(app: &App, request: &Request<Incoming>, peer: SocketAddr) 
 
 /// Whose request it is: the `X-RateLimit-Key` the proxy set, else the first
 /// `X-Forwarded-For` hop when the peer is a trusted proxy, else the peer.
-fn auth_key(headers: &HeaderMap, peer: SocketAddr, trusted: &[crate::config::IpNet]) -> Result<String, String> {
+fn auth_key(
+    headers: &HeaderMap,
+    peer: SocketAddr,
+    trusted: &[crate::config::IpNet],
+) -> Result<String, String> {
     if let Some(value) = headers.get("x-ratelimit-key") {
         let key = std::str::from_utf8(value.as_bytes())
             .map_err(|_| "X-RateLimit-Key: must be UTF-8".to_owned())?
@@ -187,8 +217,14 @@ fn auth_key(headers: &HeaderMap, peer: SocketAddr, trusted: &[crate::config::IpN
     }
     let peer_ip = peer.ip();
     if trusted.iter().any(|network| network.contains(peer_ip))
-        && let Some(forwarded) = headers.get("x-forwarded-for").and_then(|value| value.to_str().ok())
-        && let Some(client) = forwarded.split(',').next().map(str::trim).filter(|hop| !hop.is_empty())
+        && let Some(forwarded) = headers
+            .get("x-forwarded-for")
+            .and_then(|value| value.to_str().ok())
+        && let Some(client) = forwarded
+            .split(',')
+            .next()
+            .map(str::trim)
+            .filter(|hop| !hop.is_empty())
     {
         if client.len() > crate::limiter::MAX_KEY_BYTES {
             return Err("X-Forwarded-For: first hop longer than 1024 bytes".to_owned());
@@ -230,12 +266,24 @@ fn metrics(app: &App) -> Response<Body> {
         .iter()
         .enumerate()
         .flat_map(|(index, source)| {
-            [(true, snapshot.allowed[index]), (false, snapshot.rejected[index])].map(|(allowed, value)| {
-                (format!("{{allowed=\"{allowed}\",source=\"{}\"}}", source.as_str()), value)
+            [
+                (true, snapshot.allowed[index]),
+                (false, snapshot.rejected[index]),
+            ]
+            .map(|(allowed, value)| {
+                (
+                    format!("{{allowed=\"{allowed}\",source=\"{}\"}}", source.as_str()),
+                    value,
+                )
             })
         })
         .collect();
-    family("slidegate_decisions_total", "counter", "Decisions by outcome and where they came from.", &decisions);
+    family(
+        "slidegate_decisions_total",
+        "counter",
+        "Decisions by outcome and where they came from.",
+        &decisions,
+    );
     let plain = |value| vec![(String::new(), value)];
     family(
         "slidegate_near_cache_hits_total",
@@ -249,7 +297,12 @@ fn metrics(app: &App) -> Response<Body> {
         "Keys remembered by the near-cache of hot rejects.",
         &plain(app.limiter.near_cache_len()),
     );
-    family("slidegate_store_calls_total", "counter", "Round trips to the store.", &plain(snapshot.store_calls));
+    family(
+        "slidegate_store_calls_total",
+        "counter",
+        "Round trips to the store.",
+        &plain(snapshot.store_calls),
+    );
     family(
         "slidegate_store_errors_total",
         "counter",
@@ -278,7 +331,12 @@ mod tests {
     fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
         pairs
             .iter()
-            .map(|(name, value)| (hyper::header::HeaderName::from_static(name), HeaderValue::from_static(value)))
+            .map(|(name, value)| {
+                (
+                    hyper::header::HeaderName::from_static(name),
+                    HeaderValue::from_static(value),
+                )
+            })
             .collect()
     }
 
@@ -287,10 +345,20 @@ mod tests {
         let peer: SocketAddr = "10.0.0.5:4000".parse().unwrap();
         let trusted = [IpNet::parse("10.0.0.0/8").unwrap()];
         let forwarded = headers(&[("x-forwarded-for", "203.0.113.7, 10.0.0.5")]);
-        assert_eq!(auth_key(&headers(&[("x-ratelimit-key", " key-1 ")]), peer, &trusted).unwrap(), "key-1");
+        assert_eq!(
+            auth_key(&headers(&[("x-ratelimit-key", " key-1 ")]), peer, &trusted).unwrap(),
+            "key-1"
+        );
         assert_eq!(auth_key(&forwarded, peer, &trusted).unwrap(), "203.0.113.7");
-        assert_eq!(auth_key(&forwarded, peer, &[]).unwrap(), "10.0.0.5", "untrusted peer");
-        assert_eq!(auth_key(&HeaderMap::new(), peer, &trusted).unwrap(), "10.0.0.5");
+        assert_eq!(
+            auth_key(&forwarded, peer, &[]).unwrap(),
+            "10.0.0.5",
+            "untrusted peer"
+        );
+        assert_eq!(
+            auth_key(&HeaderMap::new(), peer, &trusted).unwrap(),
+            "10.0.0.5"
+        );
         assert!(auth_key(&headers(&[("x-ratelimit-key", "")]), peer, &trusted).is_err());
     }
 }

@@ -157,14 +157,12 @@ impl Store for MemcachedStore {
         amount: u64,
         _now_ms: u64,
     ) -> Result<Vec<Option<u64>>, StoreError> {
-        let operations = counters
-            .iter()
-            .map(|counter| Arithmetic::new(self.wire_key(counter)).decrement().delta(amount));
-        let results = self
-            .client
-            .run_many(operations)
-            .await
-            .map_err(from_wire)?;
+        let operations = counters.iter().map(|counter| {
+            Arithmetic::new(self.wire_key(counter))
+                .decrement()
+                .delta(amount)
+        });
+        let results = self.client.run_many(operations).await.map_err(from_wire)?;
         results
             .into_iter()
             .map(|result| {
@@ -187,7 +185,11 @@ fn parse_counter(value: Option<&[u8]>) -> Result<u64, StoreError> {
     value
         .and_then(|bytes| std::str::from_utf8(bytes).ok())
         .and_then(|text| text.trim().parse().ok())
-        .ok_or_else(|| unexpected("a counter that is not a number (is another program writing under this namespace?)"))
+        .ok_or_else(|| {
+            unexpected(
+                "a counter that is not a number (is another program writing under this namespace?)",
+            )
+        })
 }
 
 fn unexpected(what: &str) -> StoreError {
@@ -278,7 +280,11 @@ mod tests {
         let owner = DigestRendezvous::pick(format!("sg:{digest}:1000.1:1").as_bytes(), &servers);
         for other in ["sg:{d}:1000.1:2", "sg:{d}:60000.10:999", "other:{d}:5.1:0"] {
             let key = other.replace("{d}", digest);
-            assert_eq!(DigestRendezvous::pick(key.as_bytes(), &servers), owner, "{key}");
+            assert_eq!(
+                DigestRendezvous::pick(key.as_bytes(), &servers),
+                owner,
+                "{key}"
+            );
         }
     }
 
@@ -306,7 +312,11 @@ mod tests {
     #[test]
     fn removing_a_server_moves_only_its_keys() {
         let four: Vec<String> = (0..4).map(|i| format!("10.0.0.{i}:11211")).collect();
-        let three: Vec<String> = four.iter().filter(|s| !s.starts_with("10.0.0.2")).cloned().collect();
+        let three: Vec<String> = four
+            .iter()
+            .filter(|s| !s.starts_with("10.0.0.2"))
+            .cloned()
+            .collect();
         for key in 0..2000 {
             let key = format!("sg:{key:032x}:1.1:1");
             let before = &four[DigestRendezvous::pick(key.as_bytes(), &four)];
@@ -316,5 +326,4 @@ mod tests {
             }
         }
     }
-
 }

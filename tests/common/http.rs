@@ -37,7 +37,9 @@ pub async fn send(
     headers: &[(&str, &str)],
     body: impl Into<Bytes>,
 ) -> Response {
-    let stream = TcpStream::connect(addr).await.expect("connect to the server");
+    let stream = TcpStream::connect(addr)
+        .await
+        .expect("connect to the server");
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .expect("HTTP handshake");
@@ -49,11 +51,18 @@ pub async fn send(
     for (name, value) in headers {
         request = request.header(*name, *value);
     }
-    let request = request.body(Full::new(body.into())).expect("a valid request");
+    let request = request
+        .body(Full::new(body.into()))
+        .expect("a valid request");
     let response = sender.send_request(request).await.expect("an answer");
     let status = response.status().as_u16();
     let headers = response.headers().clone();
-    let body = response.into_body().collect().await.expect("the whole body").to_bytes();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .expect("the whole body")
+        .to_bytes();
     Response {
         status,
         headers,
@@ -62,7 +71,14 @@ pub async fn send(
 }
 
 pub async fn post(addr: SocketAddr, path: &str, body: &str) -> Response {
-    send(addr, "POST", path, &[("content-type", "application/json")], body.to_owned()).await
+    send(
+        addr,
+        "POST",
+        path,
+        &[("content-type", "application/json")],
+        body.to_owned(),
+    )
+    .await
 }
 
 pub async fn get(addr: SocketAddr, path: &str) -> Response {

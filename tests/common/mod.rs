@@ -72,7 +72,9 @@ impl Memcached {
                     return;
                 }
                 // The old socket may linger for a moment.
-                Err(error) if Instant::now() > deadline => panic!("could not restart memcached: {error}"),
+                Err(error) if Instant::now() > deadline => {
+                    panic!("could not restart memcached: {error}")
+                }
                 Err(_) => std::thread::sleep(Duration::from_millis(50)),
             }
         }
@@ -81,7 +83,9 @@ impl Memcached {
     /// Send raw protocol text and read until `terminator` ends the answer.
     pub fn raw(&self, request: &str, terminator: &str) -> String {
         let mut stream = TcpStream::connect(self.addr()).expect("connect to memcached");
-        stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
         stream.write_all(request.as_bytes()).unwrap();
         let mut reader = BufReader::new(stream);
         let mut answer = String::new();
@@ -110,10 +114,18 @@ impl Memcached {
     /// Commands that touched items: reads, increments, decrements.
     pub fn item_commands(&self) -> u64 {
         let stats = self.stats();
-        ["cmd_get", "cmd_set", "incr_hits", "incr_misses", "decr_hits", "decr_misses", "cmd_touch"]
-            .iter()
-            .map(|name| stats.get(*name).copied().unwrap_or(0))
-            .sum()
+        [
+            "cmd_get",
+            "cmd_set",
+            "incr_hits",
+            "incr_misses",
+            "decr_hits",
+            "decr_misses",
+            "cmd_touch",
+        ]
+        .iter()
+        .map(|name| stats.get(*name).copied().unwrap_or(0))
+        .sum()
     }
 }
 
@@ -143,8 +155,16 @@ pub fn shared_memcached() -> &'static Memcached {
 /// memcached cannot see each other's counters.
 pub fn unique_namespace() -> String {
     static NEXT: AtomicU64 = AtomicU64::new(0);
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos();
-    format!("t{}-{}-{}", std::process::id(), nanos % 1_000_000_000_000, NEXT.fetch_add(1, Ordering::Relaxed))
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!(
+        "t{}-{}-{}",
+        std::process::id(),
+        nanos % 1_000_000_000_000,
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 pub fn memcached_options(servers: Vec<String>) -> MemcachedOptions {
@@ -169,7 +189,10 @@ pub async fn memcached_store() -> MemcachedStore {
 /// at known offsets from it, so bucket boundaries fall where they expect,
 /// while absolute Memcached expiry times stay in the future.
 pub fn today_ms() -> u64 {
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64;
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
     now - now % 86_400_000
 }
 
@@ -183,7 +206,18 @@ fn free_port() -> u16 {
 fn spawn(binary: &Path, port: u16) -> Result<Child, String> {
     let mut command = Command::new(binary);
     command
-        .args(["-l", "127.0.0.1", "-p", &port.to_string(), "-U", "0", "-m", "64", "-t", "2"])
+        .args([
+            "-l",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-U",
+            "0",
+            "-m",
+            "64",
+            "-t",
+            "2",
+        ])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
@@ -199,7 +233,9 @@ fn spawn(binary: &Path, port: u16) -> Result<Child, String> {
             Ok(())
         });
     }
-    let mut child = command.spawn().map_err(|error| format!("{}: {error}", binary.display()))?;
+    let mut child = command
+        .spawn()
+        .map_err(|error| format!("{}: {error}", binary.display()))?;
     let addr: SocketAddr = ([127, 0, 0, 1], port).into();
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
@@ -257,7 +293,11 @@ fn memcached_binary() -> &'static Path {
 fn find_memcached() -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
-        .chain(["/usr/bin".into(), "/usr/sbin".into(), "/usr/local/bin".into()])
+        .chain([
+            "/usr/bin".into(),
+            "/usr/sbin".into(),
+            "/usr/local/bin".into(),
+        ])
         .map(|dir| dir.join("memcached"))
         .find(|candidate| candidate.is_file())
 }
