@@ -1,0 +1,688 @@
+//! The HTTP API end to end: the real server on a port-0 listener, a real
+//! client, both stores; and the real binary for configuration and signals.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::http::{self, Response};
+use serde_json::json;
+use slidegate::config::{AuthConfig, IpNet};
+use slidegate::server::{self, App};
+use slidegate::{
+    AnyStore, FailureMode, Limit, Limiter, ManualClock, MemcachedStore, MemoryStore, Policy,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::oneshot;
+
+struct TestApp {
+    addr: SocketAddr,
+    clock: ManualClock,
+    stop: Option<oneshot::Sender<()>>,
+    served: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl TestApp {
+    async fn post(&self, path: &str, body: serde_json::Value) -> Response {
+        http::post(self.addr, path, &body.to_string()).await
+    }
+
+    async fn get(&self, path: &str) -> Response {
+        http::get(self.addr, path).await
+    }
+}
+
+fn policies() -> Vec<Policy> {
+    vec![
+        Policy::new("api", vec![Limit::new(3, 60_000, 1).unwrap()]).unwrap(),
+        Policy::new(
+            "tiered",
+            vec![
+                Limit::new(10, 1_000, 1).unwrap(),
+                Limit::new(3000, 600_000, 10).unwrap(),
+            ],
+        )
+        .unwrap(),
+    ]
+}
+
+async fn spawn_app(store: AnyStore, mode: FailureMode, auth: AuthConfig) -> TestApp {
+    // Mid-minute, so the numbers below are exact.
+    let clock = ManualClock::new(common::today_ms() + 30_000);
+    let limiter = Limiter::builder(store)
+        .clock(clock.clone())
+        .failure_mode(mode)
+        .timeout(Duration::from_millis(500))
+        .build();
+    let app = Arc::new(App::new(limiter, policies(), auth));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let served = tokio::spawn(server::serve(listener, app, async {
+        let _ = stopped.await;
+    }));
+    TestApp {
+        addr,
+        clock,
+        stop: Some(stop),
+        served,
+    }
+}
+
+async fn memory_app() -> TestApp {
+    spawn_app(
+        AnyStore::Memory(MemoryStore::new()),
+        FailureMode::Allow,
+        AuthConfig::default(),
+    )
+    .await
+}
+
+async fn memcached_app(addr: String, mode: FailureMode) -> TestApp {
+    let store = MemcachedStore::connect(&common::memcached_options(vec![addr]))
+        .await
+        .unwrap();
+    spawn_app(AnyStore::Memcached(store), mode, AuthConfig::default()).await
+}
+
+fn assert_json(response: &Response) {
+    assert_eq!(
+        response.header("content-type"),
+        Some("application/json"),
+        "{}",
+        response.body
+    );
+}
+
+/// The check → reject → peek → report cycle, with every field and header.
+async fn decisions_carry_the_documented_fields(app: TestApp) {
+    let body = json!({"key": "client-42", "policy": "api"});
+    for remaining in [2, 1, 0] {
+        let response = app.post("/v1/check", body.clone()).await;
+        assert_eq!(response.status, 200);
+        assert_json(&response);
+        assert_eq!(
+            response.header("ratelimit-policy"),
+            Some("\"api\";q=3;w=60")
+        );
+        assert_eq!(response.json()["remaining"], remaining);
+        assert!(response.header("retry-after").is_none());
+    }
+    let response = app.post("/v1/check", body.clone()).await;
+    assert_eq!(response.status, 429);
+    assert_json(&response);
+    // 3 in this minute, half gone: they decay to 2 at 20 s into the next.
+    assert_eq!(
+        response.json(),
+        json!({
+            "allowed": false, "remaining": 0, "retry_after_ms": 50_000,
+            "limits": [{"limit": 3, "window_ms": 60_000, "precision": 1, "estimate": 3.0, "remaining": 0}],
+            "source": "store"
+        })
+    );
+    assert_eq!(response.header("retry-after"), Some("50"));
+    assert_eq!(response.header("ratelimit"), Some("\"api\";r=0;t=50"));
+    let again = app.post("/v1/check", body.clone()).await;
+    assert_eq!(
+        (again.status, again.json()["source"].clone()),
+        (429, json!("near_cache"))
+    );
+
+    let peek = app
+        .post("/v1/peek", json!({"key": "client-42", "policy": "api"}))
+        .await;
+    assert_eq!(
+        (peek.status, peek.json()["limits"][0]["estimate"].clone()),
+        (429, json!(3.0))
+    );
+    let report = app
+        .post(
+            "/v1/report",
+            json!({"key": "client-42", "policy": "api", "cost": 2}),
+        )
+        .await;
+    assert_eq!(report.status, 200, "a report always answers 200");
+    assert_eq!(report.json()["allowed"], false);
+    assert_eq!(report.json()["limits"][0]["estimate"], 5.0);
+
+    // Inline limits, two of them, one at precision 10.
+    let inline = json!({"key": "k", "cost": 2, "limits": [
+        {"limit": 10, "window": "1s"}, {"limit": 3000, "window": "10m", "precision": 10}]});
+    let response = app.post("/v1/check", inline).await;
+    assert_eq!(response.status, 200);
+    assert_eq!(response.json()["remaining"], 8);
+    assert_eq!(
+        response.header("ratelimit-policy"),
+        Some("\"inline-1s\";q=10;w=1, \"inline-10m-p10\";q=3000;w=600")
+    );
+    assert_eq!(
+        response.header("ratelimit"),
+        Some("\"inline-1s\";r=8;t=0, \"inline-10m-p10\";r=2998;t=0")
+    );
+
+    // A cost no limit can ever admit.
+    let never = app
+        .post(
+            "/v1/check",
+            json!({"key": "k2", "policy": "api", "cost": 4}),
+        )
+        .await;
+    assert_eq!(
+        (never.status, never.json()["retry_after_ms"].clone()),
+        (429, json!(null))
+    );
+    assert!(never.header("retry-after").is_none());
+
+    // Two windows on, everything counted has slid out.
+    app.clock.advance(Duration::from_secs(120));
+    let response = app.post("/v1/check", body).await;
+    assert_eq!(
+        (
+            response.status,
+            response.json()["limits"][0]["estimate"].clone()
+        ),
+        (200, json!(1.0))
+    );
+}
+
+#[tokio::test]
+async fn decisions_on_the_memory_store() {
+    decisions_carry_the_documented_fields(memory_app().await).await;
+}
+
+#[tokio::test]
+async fn decisions_on_memcached() {
+    let app = memcached_app(common::shared_memcached().addr(), FailureMode::Allow).await;
+    decisions_carry_the_documented_fields(app).await;
+}
+
+#[tokio::test]
+async fn bad_input_is_a_400_naming_the_field() {
+    let app = memory_app().await;
+    let cases = [
+        ("{\"key\": ", "body: malformed JSON"),
+        ("{\"policy\": \"api\"}", "key: is required"),
+        (
+            "{\"key\": \"\", \"policy\": \"api\"}",
+            "key: must not be empty",
+        ),
+        (
+            "{\"key\": \"k\", \"policy\": \"nope\"}",
+            "policy: no policy named \"nope\"",
+        ),
+        (
+            "{\"key\": \"k\", \"limits\": [{\"limit\": 5, \"window\": \"5 minutes\"}]}",
+            "limits[0].window:",
+        ),
+        (
+            "{\"key\": \"k\", \"policy\": \"api\", \"cost\": 0}",
+            "cost: must be an integer from 1",
+        ),
+        (
+            "{\"key\": \"k\", \"limits\": [{\"limit\": 0, \"window\": \"1s\"}]}",
+            "limits[0].limit:",
+        ),
+        (
+            "{\"key\": \"k\", \"limits\": [{\"limit\": 1, \"window\": \"1s\", \"precision\": 3}]}",
+            "limits[0].precision:",
+        ),
+    ];
+    for path in ["/v1/check", "/v1/peek", "/v1/report"] {
+        for (body, expected) in cases {
+            let response = http::post(app.addr, path, body).await;
+            assert_eq!(response.status, 400, "{path} {body}");
+            assert_json(&response);
+            assert!(
+                response.error().starts_with(expected),
+                "{body}: {}",
+                response.error()
+            );
+        }
+    }
+    let limits = vec![json!({"limit": 1, "window": "1s"}); 17];
+    let response = app
+        .post("/v1/check", json!({"key": "k", "limits": limits}))
+        .await;
+    assert_eq!(
+        (response.status, response.error()),
+        (400, "limits: at most 16 limits, got 17".to_owned())
+    );
+}
+
+#[tokio::test]
+async fn statuses_for_size_method_and_path() {
+    let app = memory_app().await;
+    let big = format!(
+        "{{\"key\": \"{}\", \"policy\": \"api\"}}",
+        "x".repeat(70_000)
+    );
+    let response = http::post(app.addr, "/v1/check", &big).await;
+    assert_eq!(response.status, 413);
+    assert_json(&response);
+
+    // Chunked, so no Content-Length warns in advance: refused while reading.
+    let mut stream = tokio::net::TcpStream::connect(app.addr).await.unwrap();
+    let head = "POST /v1/check HTTP/1.1\r\nhost: t\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n";
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let chunk = "a".repeat(16 * 1024);
+    for _ in 0..5 {
+        let written = stream
+            .write_all(format!("{:x}\r\n{chunk}\r\n", chunk.len()).as_bytes())
+            .await;
+        if written.is_err() {
+            break;
+        }
+    }
+    let mut answer = String::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_string(&mut answer)).await;
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+
+    let response = app.get("/v1/check").await;
+    assert_eq!(
+        (response.status, response.header("allow")),
+        (405, Some("POST"))
+    );
+    assert_json(&response);
+    let response = http::post(app.addr, "/healthz", "").await;
+    assert_eq!(
+        (response.status, response.header("allow")),
+        (405, Some("GET, HEAD"))
+    );
+    let response = app.get("/v2/check").await;
+    assert_eq!(response.status, 404);
+    assert_json(&response);
+
+    let response = app.get("/healthz").await;
+    assert_eq!(
+        (response.status, response.json()),
+        (200, json!({"status": "ok"}))
+    );
+    let response = app.get("/readyz").await;
+    assert_eq!(
+        (response.status, response.json()),
+        (200, json!({"status": "ready", "store": "memory"}))
+    );
+
+    app.post("/v1/check", json!({"key": "k", "policy": "api", "cost": 3}))
+        .await;
+    app.post("/v1/check", json!({"key": "k", "policy": "api"}))
+        .await;
+    app.post("/v1/check", json!({"key": "k", "policy": "api"}))
+        .await;
+    let metrics = app.get("/metrics").await;
+    assert_eq!(metrics.status, 200);
+    assert!(
+        metrics
+            .header("content-type")
+            .unwrap()
+            .starts_with("text/plain")
+    );
+    for line in [
+        "slidegate_decisions_total{allowed=\"true\",source=\"store\"} 1",
+        "slidegate_decisions_total{allowed=\"false\",source=\"store\"} 1",
+        "slidegate_near_cache_hits_total 1",
+        "slidegate_store_errors_total 0",
+    ] {
+        assert!(
+            metrics.body.lines().any(|l| l == line),
+            "missing {line:?} in\n{}",
+            metrics.body
+        );
+    }
+}
+
+/// Random bytes and random near-JSON never make the server fail: every
+/// answer is a 200, 400, 413 or 429 with a JSON body, and the server keeps
+/// answering. Bounded: 400 requests.
+#[tokio::test]
+async fn no_input_breaks_the_server() {
+    let app = memory_app().await;
+    let mut seed: u64 = 0x5eed;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let pieces = [
+        "{",
+        "}",
+        "[",
+        "]",
+        "\"key\"",
+        "\"policy\"",
+        "\"api\"",
+        "\"limits\"",
+        "\"cost\"",
+        ":",
+        ",",
+        "1",
+        "-1",
+        "0",
+        "1e400",
+        "18446744073709551616",
+        "null",
+        "true",
+        "\"\\u0000\"",
+        "\"\\ud800\"",
+        "\"window\"",
+        "\"1s\"",
+        "\"precision\"",
+        "{\"limit\":3,\"window\":\"1s\"}",
+        " ",
+        "\u{feff}",
+        "\"\u{1F511}\"",
+    ];
+    for round in 0..400 {
+        let body: Vec<u8> = if round % 2 == 0 {
+            (0..next() % 200).map(|_| (next() % 256) as u8).collect()
+        } else {
+            (0..next() % 30)
+                .map(|_| pieces[(next() % pieces.len() as u64) as usize])
+                .collect::<String>()
+                .into_bytes()
+        };
+        let path = ["/v1/check", "/v1/peek", "/v1/report"][round % 3];
+        let response = http::send(app.addr, "POST", path, &[], body.clone()).await;
+        assert!(
+            [200, 400, 413, 429].contains(&response.status),
+            "{} for {:?}",
+            response.status,
+            String::from_utf8_lossy(&body)
+        );
+        assert_json(&response);
+    }
+    assert_eq!(app.get("/healthz").await.status, 200);
+}
+
+#[tokio::test]
+async fn forward_auth_keys_statuses_and_headers() {
+    let auth = AuthConfig {
+        trusted_proxies: vec![IpNet::parse("127.0.0.1").unwrap()],
+        deny_status: 429,
+    };
+    let app = spawn_app(
+        AnyStore::Memory(MemoryStore::new()),
+        FailureMode::Allow,
+        auth,
+    )
+    .await;
+    let auth_get = |path: &'static str, headers: &'static [(&'static str, &'static str)]| {
+        http::send(app.addr, "GET", path, headers, Vec::new())
+    };
+    let admitted = auth_get("/v1/auth?policy=api", &[("x-ratelimit-key", "token-1")]).await;
+    assert_eq!((admitted.status, admitted.body.as_str()), (200, ""));
+    assert_eq!(admitted.header("ratelimit"), Some("\"api\";r=2;t=0"));
+    auth_get(
+        "/v1/auth?policy=api&cost=2",
+        &[("x-ratelimit-key", "token-1")],
+    )
+    .await;
+    let refused = auth_get("/v1/auth?policy=api", &[("x-ratelimit-key", "token-1")]).await;
+    assert_eq!(
+        (refused.status, refused.header("retry-after")),
+        (429, Some("50"))
+    );
+    let for_nginx = auth_get(
+        "/v1/auth?policy=api&deny_status=403",
+        &[("x-ratelimit-key", "token-1")],
+    )
+    .await;
+    assert_eq!(for_nginx.status, 403);
+
+    // Without the header: the first X-Forwarded-For hop, since 127.0.0.1
+    // (this test) is a trusted proxy.
+    let forwarded: &[(&str, &str)] = &[("x-forwarded-for", "203.0.113.9, 10.0.0.1")];
+    for _ in 0..3 {
+        assert_eq!(auth_get("/v1/auth?policy=api", forwarded).await.status, 200);
+    }
+    assert_eq!(auth_get("/v1/auth?policy=api", forwarded).await.status, 429);
+    assert_eq!(
+        auth_get(
+            "/v1/auth?policy=api",
+            &[("x-forwarded-for", "198.51.100.1")]
+        )
+        .await
+        .status,
+        200,
+        "another client is another key"
+    );
+
+    for (path, expected) in [
+        ("/v1/auth", "policy: is required"),
+        ("/v1/auth?policy=nope", "policy: no policy named"),
+        ("/v1/auth?policy=api&cost=x", "cost:"),
+        ("/v1/auth?policy=api&deny_status=200", "deny_status:"),
+        (
+            "/v1/auth?policy=api&colour=red",
+            "colour: unknown query parameter",
+        ),
+    ] {
+        let response = auth_get(path, &[]).await;
+        assert_eq!(response.status, 400, "{path}");
+        assert!(
+            response.error().starts_with(expected),
+            "{path}: {}",
+            response.error()
+        );
+    }
+}
+
+#[tokio::test]
+async fn store_outage_over_http() {
+    let mut memcached = common::Memcached::start();
+    let open = memcached_app(memcached.addr(), FailureMode::Allow).await;
+    let closed = memcached_app(memcached.addr(), FailureMode::Deny).await;
+    let body = json!({"key": "k", "policy": "api"});
+    assert_eq!(open.get("/readyz").await.status, 200);
+    memcached.kill();
+
+    let response = open.post("/v1/check", body.clone()).await;
+    assert_eq!(
+        (response.status, response.json()["source"].clone()),
+        (200, json!("fallback"))
+    );
+    let response = closed.post("/v1/check", body.clone()).await;
+    assert_eq!(response.status, 503);
+    assert_json(&response);
+    assert_eq!(response.json()["source"], "fallback");
+    let ready = open.get("/readyz").await;
+    assert_eq!(
+        (ready.status, ready.json()["status"].clone()),
+        (503, json!("unavailable"))
+    );
+    let metrics = open.get("/metrics").await;
+    assert!(
+        metrics
+            .body
+            .contains("slidegate_decisions_total{allowed=\"true\",source=\"fallback\"} 1")
+    );
+
+    memcached.restart();
+    let response = closed.post("/v1/check", body).await;
+    assert_eq!(
+        (response.status, response.json()["source"].clone()),
+        (200, json!("store"))
+    );
+    assert_eq!(closed.get("/readyz").await.status, 200);
+}
+
+#[tokio::test]
+async fn shutdown_finishes_the_request_in_flight() {
+    let mut app = memory_app().await;
+    // A request whose body is still on its way when shutdown begins.
+    let mut stream = tokio::net::TcpStream::connect(app.addr).await.unwrap();
+    let body = r#"{"key": "k", "policy": "api"}"#;
+    let head = format!(
+        "POST /v1/check HTTP/1.1\r\nhost: t\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    app.stop.take().unwrap().send(()).unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    stream.write_all(body.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    tokio::time::timeout(Duration::from_secs(5), stream.read_to_string(&mut answer))
+        .await
+        .expect("answered and closed")
+        .unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    tokio::time::timeout(Duration::from_secs(5), &mut app.served)
+        .await
+        .expect("serve returned")
+        .unwrap()
+        .unwrap();
+    assert!(
+        tokio::net::TcpStream::connect(app.addr).await.is_err(),
+        "still accepting"
+    );
+}
+
+mod binary {
+    //! The `slidegate` binary itself: configuration layering, errors that
+    //! name the file and field, SIGTERM.
+
+    use std::io::Read;
+    use std::process::{Child, Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    fn free_addr() -> String {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().to_string()
+    }
+
+    fn slidegate() -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_slidegate"));
+        command
+            .env_remove("SLIDEGATE_LISTEN")
+            .env_remove("SLIDEGATE_MEMCACHED")
+            .env_remove("SLIDEGATE_CONFIG")
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        command
+    }
+
+    /// Run to exit, or kill after 20 s: a bug that let the server start must
+    /// fail the test, not hang it.
+    fn run_to_exit(command: &mut Command) -> (bool, String) {
+        let mut child = command.spawn().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("slidegate kept running");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut stderr = String::new();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut stderr)
+            .unwrap();
+        (status.success(), stderr)
+    }
+
+    fn wait_for_health(addr: &str, child: &mut Child) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!("slidegate exited early: {status}");
+            }
+            if std::net::TcpStream::connect(addr).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("slidegate did not listen on {addr}");
+    }
+
+    fn stop(mut child: Child) -> String {
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(Instant::now() < deadline, "did not stop on SIGTERM");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert!(status.success(), "exit status {status}");
+        let mut log = String::new();
+        child
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut log)
+            .unwrap();
+        log
+    }
+
+    #[test]
+    fn flags_beat_environment_beat_file() {
+        let dir = std::env::temp_dir().join(format!("slidegate-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("layers.toml");
+        let (in_file, in_env, in_flag) = (free_addr(), free_addr(), free_addr());
+        std::fs::write(&file, format!("listen = \"{in_file}\"\n")).unwrap();
+
+        let mut child = slidegate()
+            .args(["--config", file.to_str().unwrap(), "--listen", &in_flag])
+            .env("SLIDEGATE_LISTEN", &in_env)
+            .spawn()
+            .unwrap();
+        wait_for_health(&in_flag, &mut child);
+        let log = stop(child);
+        assert!(log.contains("no Memcached server configured"), "{log}");
+        assert!(
+            log.contains(&format!("listening on http://{in_flag}")),
+            "{log}"
+        );
+
+        let mut child = slidegate()
+            .args(["--config", file.to_str().unwrap()])
+            .env("SLIDEGATE_LISTEN", &in_env)
+            .spawn()
+            .unwrap();
+        wait_for_health(&in_env, &mut child);
+        stop(child);
+
+        let mut child = slidegate().env("SLIDEGATE_CONFIG", &file).spawn().unwrap();
+        wait_for_health(&in_file, &mut child);
+        stop(child);
+    }
+
+    #[test]
+    fn a_bad_file_stops_the_start_naming_file_and_field() {
+        let dir = std::env::temp_dir().join(format!("slidegate-test-bad-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("bad.toml");
+        std::fs::write(
+            &file,
+            "[policies.api]\nlimits = [{ limit = 10, window = \"1s\", precision = 7 }]\n",
+        )
+        .unwrap();
+        let (success, stderr) = run_to_exit(slidegate().args(["--config", file.to_str().unwrap()]));
+        assert!(!success);
+        let expected = format!(
+            "{}: policies.api.limits[0].precision: 7 does not divide",
+            file.display()
+        );
+        assert!(stderr.contains(&expected), "{stderr}");
+
+        let (success, stderr) = run_to_exit(slidegate().args(["--failure-mode", "sometimes"]));
+        assert!(!success);
+        assert!(
+            stderr.contains("--failure-mode (or SLIDEGATE_FAILURE_MODE)"),
+            "{stderr}"
+        );
+    }
+}
