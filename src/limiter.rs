@@ -93,11 +93,7 @@ impl Decision {
 
     /// The smallest `remaining` over the limits.
     pub fn remaining(&self) -> u64 {
-        self.limits
-            .iter()
-            .map(|state| state.remaining)
-            .min()
-            .unwrap_or(0)
+        window::smallest_remaining(&self.limits)
     }
 }
 
@@ -105,7 +101,7 @@ impl Decision {
 #[derive(Debug, thiserror::Error)]
 pub enum CheckError {
     #[error("key: {0}")]
-    InvalidKey(&'static str),
+    InvalidKey(String),
     #[error("cost: must be an integer from 1 to {MAX_AMOUNT}, got {0}")]
     InvalidCost(u64),
     /// The store failed and the failure mode is [`FailureMode::Deny`].
@@ -287,10 +283,13 @@ impl<S: Store> Limiter<S> {
         mut counting: Counting,
     ) -> Result<Decision, CheckError> {
         if key.is_empty() {
-            return Err(CheckError::InvalidKey("must not be empty"));
+            return Err(CheckError::InvalidKey("must not be empty".to_owned()));
         }
         if key.len() > MAX_KEY_BYTES {
-            return Err(CheckError::InvalidKey("must be at most 1024 bytes"));
+            return Err(CheckError::InvalidKey(format!(
+                "must be at most {MAX_KEY_BYTES} bytes, got {}",
+                key.len()
+            )));
         }
         if cost == 0 || cost > MAX_AMOUNT {
             return Err(CheckError::InvalidCost(cost));

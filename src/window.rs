@@ -175,12 +175,17 @@ pub struct Verdict {
 impl Verdict {
     /// The smallest `remaining` over the limits.
     pub fn remaining(&self) -> u64 {
-        self.limits
-            .iter()
-            .map(|state| state.remaining)
-            .min()
-            .unwrap_or(0)
+        smallest_remaining(&self.limits)
     }
+}
+
+/// The smallest `remaining` over some limits' states (0 for none).
+pub fn smallest_remaining(limits: &[LimitState]) -> u64 {
+    limits
+        .iter()
+        .map(|state| state.remaining)
+        .min()
+        .unwrap_or(0)
 }
 
 /// Decide a request of `cost` at `now_ms` against `limits`, given each

@@ -221,6 +221,10 @@ async fn bad_input_is_a_400_naming_the_field() {
             "cost: must be an integer from 1",
         ),
         (
+            "{\"key\": \"k\", \"policy\": \"api\", \"cost\": 1000000000001}",
+            "cost: must be an integer from 1 to 1000000000000, got 1000000000001",
+        ),
+        (
             "{\"key\": \"k\", \"limits\": [{\"limit\": 0, \"window\": \"1s\"}]}",
             "limits[0].limit:",
         ),
@@ -241,6 +245,14 @@ async fn bad_input_is_a_400_naming_the_field() {
             );
         }
     }
+    let long_key = "x".repeat(1025);
+    let response = app
+        .post("/v1/check", json!({"key": long_key, "policy": "api"}))
+        .await;
+    assert_eq!(
+        (response.status, response.error()),
+        (400, "key: must be at most 1024 bytes, got 1025".to_owned())
+    );
     let limits = vec![json!({"limit": 1, "window": "1s"}); 17];
     let response = app
         .post("/v1/check", json!({"key": "k", "limits": limits}))
@@ -453,7 +465,14 @@ async fn forward_auth_keys_statuses_and_headers() {
     for (path, expected) in [
         ("/v1/auth", "policy: is required"),
         ("/v1/auth?policy=nope", "policy: no policy named"),
-        ("/v1/auth?policy=api&cost=x", "cost:"),
+        (
+            "/v1/auth?policy=api&cost=x",
+            "cost: \"x\" is not a whole number",
+        ),
+        (
+            "/v1/auth?policy=api&cost=0",
+            "cost: must be an integer from 1",
+        ),
         ("/v1/auth?policy=api&deny_status=200", "deny_status:"),
         (
             "/v1/auth?policy=api&colour=red",

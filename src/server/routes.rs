@@ -145,13 +145,13 @@ async fn forward_auth(app: &App, request: &Request<Incoming>, peer: SocketAddr) 
     for (name, value) in form_urlencoded::parse(request.uri().query().unwrap_or("").as_bytes()) {
         match name.as_ref() {
             "policy" => policy_name = Some(value.into_owned()),
-            "cost" => match value
-                .parse::<u64>()
-                .map_err(|_| format!("cost: {value:?} is not a whole number"))
-                .and_then(api::check_cost)
-            {
+            // The range is the limiter's to check, as for every caller.
+            "cost" => match value.parse::<u64>() {
                 Ok(parsed) => cost = parsed,
-                Err(message) => return api::error(StatusCode::BAD_REQUEST, message),
+                Err(_) => {
+                    let message = format!("cost: {value:?} is not a whole number");
+                    return api::error(StatusCode::BAD_REQUEST, message);
+                }
             },
             "deny_status" => match value
                 .parse::<u16>()
