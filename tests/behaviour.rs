@@ -360,7 +360,7 @@ async fn near_cache_answers_hot_rejects_without_the_store<S: Store>(store: S) {
 }
 
 async fn concurrent_checks_admit_exactly_the_limit<S: Store>(store: S) {
-    let (limiter, _) = limiter(store, 30_000);
+    let (limiter, clock) = limiter(store, 30_000);
     let limiter = std::sync::Arc::new(limiter);
     let api = std::sync::Arc::new(policy("api", &[limit(5, MINUTE, 1)]));
     let tasks: Vec<_> = (0..100)
@@ -375,6 +375,12 @@ async fn concurrent_checks_admit_exactly_the_limit<S: Store>(store: S) {
     }
     assert_eq!(admitted, 5);
     assert_eq!(estimates(&limiter.peek("k", &api, 1).await.unwrap()), [5.0]);
+    // The 95 rejects each saw the others' increments before their rollbacks;
+    // the near-cache must still hold no more than the 5 that count, or it
+    // would refuse this request, which is exactly on time.
+    clock.advance(Duration::from_millis(42_000));
+    let decision = limiter.check("k", &api, 1).await.unwrap();
+    assert_eq!((decision.allowed, decision.source), (true, Source::Store));
 }
 
 async fn windows_over_thirty_days_keep_their_counts<S: Store>(store: S) {
