@@ -44,50 +44,71 @@ async fn round_trips_per_call() {
         .timeout(Duration::from_secs(2))
         .build();
     let api = policy(&[(3, MINUTE, 1)]);
+    let fine = policy(&[(10, 1_000, 1), (3_000, 10 * MINUTE, 10)]);
+
+    // Each step: (what, round trips through the proxy, memcached stats
+    // deltas), printed with --nocapture and asserted below.
+    let mut steps = Vec::new();
+    let mut measure =
+        |what: &'static str, before: (u64, std::collections::HashMap<String, u64>)| {
+            let after = memcached.stats();
+            let delta = |name: &str| after[name] - before.1[name];
+            // Our own `stats\r\n` (7 bytes) is the only other thing memcached reads.
+            let step = (
+                what,
+                proxy.round_trips() - before.0,
+                delta("cmd_get"),
+                delta("decr_hits"),
+                delta("bytes_read") - 7,
+            );
+            println!(
+                "{:<32} round trips {:>2}   memcached: cmd_get +{:<3} decr_hits +{:<3} bytes_read +{}",
+                step.0, step.1, step.2, step.3, step.4
+            );
+            steps.push(step);
+        };
 
     let before = (proxy.round_trips(), memcached.stats());
     assert!(limiter.check("k", &api, 1).await.unwrap().allowed);
-    let after = memcached.stats();
-    assert_eq!(proxy.round_trips() - before.0, 1, "admitted check");
-    assert_eq!(
-        after["cmd_get"] - before.1["cmd_get"],
-        1,
-        "one read: the previous bucket"
-    );
+    measure("admitted check", before);
 
     limiter.check("k", &api, 2).await.unwrap();
-    let before = proxy.round_trips();
-    let first_reject = limiter.check("k", &api, 1).await.unwrap();
-    assert_eq!(first_reject.source, Source::Store);
+    let before = (proxy.round_trips(), memcached.stats());
     assert_eq!(
-        proxy.round_trips() - before,
-        2,
-        "first reject: check and rollback"
+        limiter.check("k", &api, 1).await.unwrap().source,
+        Source::Store
     );
+    measure("first reject", before);
 
-    let (before, bytes_before) = (proxy.round_trips(), memcached.stats()["bytes_read"]);
+    let before = (proxy.round_trips(), memcached.stats());
     for _ in 0..100 {
         let hot = limiter.check("k", &api, 1).await.unwrap();
         assert_eq!((hot.allowed, hot.source), (false, Source::NearCache));
     }
-    assert_eq!(proxy.round_trips() - before, 0, "hot rejects");
-    // memcached read nothing but our own `stats\r\n` (7 bytes) in between.
-    assert_eq!(memcached.stats()["bytes_read"] - bytes_before, 7);
+    measure("100 hot rejects", before);
 
-    let before = proxy.round_trips();
+    let before = (proxy.round_trips(), memcached.stats());
     limiter.peek("other", &api, 1).await.unwrap();
-    assert_eq!(proxy.round_trips() - before, 1, "peek");
-    let before = proxy.round_trips();
+    measure("peek", before);
+    let before = (proxy.round_trips(), memcached.stats());
     limiter.report("other", &api, 1).await.unwrap();
-    assert_eq!(proxy.round_trips() - before, 1, "report");
+    measure("report", before);
 
-    // Several limits and sub-buckets still take one round trip: 1 + 10
-    // older buckets read and 2 current ones incremented in one write.
-    let fine = policy(&[(10, 1_000, 1), (3_000, 10 * MINUTE, 10)]);
-    let (before, gets_before) = (proxy.round_trips(), memcached.stats()["cmd_get"]);
+    // Two limits, one at precision 10: 1 + 10 older buckets read and two
+    // current ones incremented, still in one write.
+    let before = (proxy.round_trips(), memcached.stats());
     assert!(limiter.check("k2", &fine, 1).await.unwrap().allowed);
-    assert_eq!(proxy.round_trips() - before, 1, "two limits, precision 10");
-    assert_eq!(memcached.stats()["cmd_get"] - gets_before, 11);
+    measure("admitted check, 2 limits, k=10", before);
+
+    let round_trips: Vec<u64> = steps.iter().map(|step| step.1).collect();
+    assert_eq!(round_trips, [1, 2, 0, 1, 1, 1]);
+    let reads: Vec<u64> = steps.iter().map(|step| step.2).collect();
+    assert_eq!(reads, [1, 1, 0, 2, 1, 11]);
+    assert_eq!(
+        steps[1].3, 1,
+        "the first reject's rollback is one decrement"
+    );
+    assert_eq!(steps[2].4, 0, "hot rejects: memcached read nothing at all");
 }
 
 /// The TTL memcached holds for a bucket: two windows plus a margin; over 30
