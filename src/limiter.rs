@@ -203,13 +203,6 @@ impl Layout {
     }
 }
 
-/// What a batch found, per limit: counts before this request (oldest first)
-/// and, when the request was added, the current counter's value after.
-struct Observed {
-    counts: Vec<Vec<u64>>,
-    currents: Vec<CounterKey>,
-}
-
 impl<S: Store> Limiter<S> {
     pub fn builder(store: S) -> LimiterBuilder<S> {
         LimiterBuilder {
@@ -324,29 +317,23 @@ impl<S: Store> Limiter<S> {
             .map(|limit| layout(digest, limit, now_ms))
             .collect();
         let batch = Self::batch(&layouts, cost, counting, now_ms);
-        let observed = match self.timed(self.store.read_and_add(&batch)).await {
-            Ok(found) => Self::observed(&layouts, &batch, found),
+        let counts = match self.timed(self.store.read_and_add(&batch)).await {
+            Ok(found) => Self::counts_before(&layouts, &batch, found),
             Err(error) => {
                 return self
                     .fall_back(error, policy, &layouts, &batch, counting, now_ms)
                     .await;
             }
         };
-        let verdict = window::decide(policy.limits(), &observed.counts, now_ms, cost, counting);
+        let verdict = window::decide(policy.limits(), &counts, now_ms, cost, counting);
         if !verdict.allowed && counting != Counting::Always {
-            let after_rollback = if observed.currents.is_empty() {
+            // A check added its cost to the current counters: take it back.
+            let after_rollback = if batch.adds.is_empty() {
                 None
             } else {
-                self.roll_back(&observed.currents, cost, now_ms).await
+                self.roll_back(&batch.adds, cost, now_ms).await
             };
-            self.remember(
-                near_key,
-                policy,
-                &observed.counts,
-                after_rollback,
-                cost,
-                now_ms,
-            );
+            self.remember(near_key, policy, &counts, after_rollback, cost, now_ms);
         }
         Ok(self.done(Decision::new(verdict, Source::Store)))
     }
@@ -371,12 +358,17 @@ impl<S: Store> Limiter<S> {
         batch
     }
 
-    /// Each limit's counts before this request, from what a batch found.
-    fn observed(layouts: &[Layout], batch: &CounterBatch, found: BatchCounts) -> Observed {
+    /// Each limit's counts before this request (oldest first), from what a
+    /// batch found.
+    fn counts_before(
+        layouts: &[Layout],
+        batch: &CounterBatch,
+        found: BatchCounts,
+    ) -> Vec<Vec<u64>> {
         let mut reads = found.read.into_iter();
         let mut added = found.added.into_iter();
         let adding = !batch.adds.is_empty();
-        let counts = layouts
+        layouts
             .iter()
             .map(|layout| {
                 let mut counts = vec![0; layout.before_epoch];
@@ -393,11 +385,7 @@ impl<S: Store> Limiter<S> {
                 });
                 counts
             })
-            .collect();
-        Observed {
-            counts,
-            currents: batch.adds.clone(),
-        }
+            .collect()
     }
 
     /// Take back a rejected request's increments. Returns each current
@@ -516,11 +504,10 @@ impl<S: Store> Limiter<S> {
                     .read_and_add(batch)
                     .await
                     .map_err(CheckError::StoreUnavailable)?;
-                let observed = Self::observed(layouts, batch, found);
-                let verdict =
-                    window::decide(policy.limits(), &observed.counts, now_ms, cost, counting);
-                if !verdict.allowed && !verdict.counted && !observed.currents.is_empty() {
-                    let _ = self.local.subtract(&observed.currents, cost, now_ms).await;
+                let counts = Self::counts_before(layouts, batch, found);
+                let verdict = window::decide(policy.limits(), &counts, now_ms, cost, counting);
+                if !verdict.allowed && !verdict.counted && !batch.adds.is_empty() {
+                    let _ = self.local.subtract(&batch.adds, cost, now_ms).await;
                 }
                 Ok(self.done(Decision::new(verdict, Source::Fallback)))
             }
