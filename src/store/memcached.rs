@@ -82,18 +82,37 @@ impl MemcachedStore {
 
     /// The Memcached key of a counter.
     pub fn wire_key(&self, counter: &CounterKey) -> String {
-        let mut key = String::with_capacity(self.namespace.len() + 80);
-        // Writing to a String cannot fail.
-        let _ = write!(
-            key,
-            "{}:{}:{}.{}:{}",
-            self.namespace,
-            counter.digest,
-            counter.window.window_ms(),
-            counter.window.precision(),
-            counter.bucket
-        );
-        key
+        self.wire_keys(std::slice::from_ref(counter))
+            .pop()
+            .unwrap_or_default()
+    }
+
+    /// The Memcached keys of `counters`, in order. A batch holds one key's
+    /// counters, so the `namespace:digest:` prefix (32 hex digits) is
+    /// formatted once and reused while the digest stays the same.
+    fn wire_keys(&self, counters: &[CounterKey]) -> Vec<String> {
+        let mut keys = Vec::with_capacity(counters.len());
+        let mut prefix = String::new();
+        let mut prefix_digest = None;
+        for counter in counters {
+            if prefix_digest != Some(counter.digest) {
+                prefix.clear();
+                // Writing to a String cannot fail.
+                let _ = write!(prefix, "{}:{}:", self.namespace, counter.digest);
+                prefix_digest = Some(counter.digest);
+            }
+            let mut key = String::with_capacity(prefix.len() + 48);
+            key.push_str(&prefix);
+            let _ = write!(
+                key,
+                "{}.{}:{}",
+                counter.window.window_ms(),
+                counter.window.precision(),
+                counter.bucket
+            );
+            keys.push(key);
+        }
+        keys
     }
 }
 
@@ -110,18 +129,22 @@ pub fn wire_ttl(ttl_secs: u64, now_ms: u64) -> u32 {
 
 impl Store for MemcachedStore {
     async fn read_and_add(&self, batch: &CounterBatch) -> Result<BatchCounts, StoreError> {
-        let reads = batch
-            .reads
+        let reads = self
+            .wire_keys(&batch.reads)
+            .into_iter()
+            .map(|key| Op::from(Get::new(key)));
+        let adds = batch
+            .adds
             .iter()
-            .map(|counter| Op::from(Get::new(self.wire_key(counter))));
-        let adds = batch.adds.iter().map(|counter| {
-            let ttl = wire_ttl(bucket_ttl_secs(counter.window), batch.now_ms);
-            Op::from(
-                Arithmetic::new(self.wire_key(counter))
-                    .delta(batch.amount)
-                    .initial(batch.amount, ttl),
-            )
-        });
+            .zip(self.wire_keys(&batch.adds))
+            .map(|(counter, key)| {
+                let ttl = wire_ttl(bucket_ttl_secs(counter.window), batch.now_ms);
+                Op::from(
+                    Arithmetic::new(key)
+                        .delta(batch.amount)
+                        .initial(batch.amount, ttl),
+                )
+            });
         let results = self
             .client
             .run_batch(reads.chain(adds))
@@ -157,11 +180,10 @@ impl Store for MemcachedStore {
         amount: u64,
         _now_ms: u64,
     ) -> Result<Vec<Option<u64>>, StoreError> {
-        let operations = counters.iter().map(|counter| {
-            Arithmetic::new(self.wire_key(counter))
-                .decrement()
-                .delta(amount)
-        });
+        let operations = self
+            .wire_keys(counters)
+            .into_iter()
+            .map(|key| Arithmetic::new(key).decrement().delta(amount));
         let results = self.client.run_many(operations).await.map_err(from_wire)?;
         results
             .into_iter()
