@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::limiter::{DEFAULT_NEAR_CACHE_CAPACITY, DEFAULT_TIMEOUT, FailureMode};
-use crate::policy::{LimitSpec, Policy, is_plain_name};
+use crate::policy::{LimitSpec, PLAIN_NAME_RULE, Policy, is_plain_name};
 #[cfg(feature = "memcached")]
 use crate::store::MemcachedOptions;
 
@@ -322,9 +322,7 @@ fn check_namespace(namespace: &str) -> Result<String, String> {
     if is_plain_name(namespace) {
         Ok(namespace.to_owned())
     } else {
-        Err(format!(
-            "{namespace:?} must be 1 to 64 characters of A-Z a-z 0-9 _ - ."
-        ))
+        Err(format!("{namespace:?} must be {PLAIN_NAME_RULE}"))
     }
 }
 
@@ -336,7 +334,8 @@ fn check_timeout(ms: u64) -> Result<u64, String> {
     }
 }
 
-fn check_deny_status(status: u16) -> Result<u16, String> {
+/// A rejection status for forward-auth, from the file or a query.
+pub(crate) fn check_deny_status(status: u16) -> Result<u16, String> {
     if (400..=599).contains(&status) {
         Ok(status)
     } else {

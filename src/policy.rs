@@ -201,11 +201,14 @@ pub enum PolicyError {
         "limits {first} and {second} have the same window and precision, so they would count into the same counters"
     )]
     Duplicate { first: usize, second: usize },
-    #[error("policy name {0:?} must be 1 to 64 characters of A-Z a-z 0-9 _ - .")]
+    #[error("policy name {0:?} must be {PLAIN_NAME_RULE}")]
     Name(String),
     #[error("the name `inline` is reserved for limits given in a request")]
     ReservedName,
 }
+
+/// What [`is_plain_name`] asks, for error messages.
+pub const PLAIN_NAME_RULE: &str = "1 to 64 characters of A-Z a-z 0-9 _ - .";
 
 /// Whether `name` is 1 to 64 characters of `A-Z a-z 0-9 _ - .`: the rule for
 /// policy names (they appear in response headers and metrics) and Memcached

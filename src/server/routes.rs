@@ -10,6 +10,7 @@ use hyper::{HeaderMap, Method, Request, Response, StatusCode};
 
 use super::api::{self, Body, Call};
 use super::{App, MAX_BODY_BYTES, READ_TIMEOUT};
+use crate::config::check_deny_status;
 use crate::limiter::{CheckError, Decision, Source};
 use crate::policy::Policy;
 
@@ -155,15 +156,13 @@ async fn forward_auth(app: &App, request: &Request<Incoming>, peer: SocketAddr) 
             },
             "deny_status" => match value
                 .parse::<u16>()
-                .ok()
-                .filter(|status| (400..=599).contains(status))
+                .map_err(|_| format!("must be a 4xx or 5xx status, got {value:?}"))
+                .and_then(check_deny_status)
             {
-                Some(status) => deny_status = status,
-                None => {
-                    return api::error(
-                        StatusCode::BAD_REQUEST,
-                        format!("deny_status: must be a 4xx or 5xx status, got {value:?}"),
-                    );
+                Ok(status) => deny_status = status,
+                Err(message) => {
+                    let message = format!("deny_status: {message}");
+                    return api::error(StatusCode::BAD_REQUEST, message);
                 }
             },
             other => {

@@ -16,7 +16,7 @@ use std::time::Duration;
 use memcache::exp::{Arithmetic, AsyncMetaClient, Error as WireError, Get, Op, OpResult, Router};
 
 use super::{BatchCounts, CounterBatch, CounterKey, Store, StoreError, bucket_ttl_secs};
-use crate::policy::is_plain_name;
+use crate::policy::{PLAIN_NAME_RULE, is_plain_name};
 
 /// Memcached reads a TTL above 30 days as an absolute Unix time; a longer
 /// relative TTL would be taken as a date in 1970 and expire at once.
@@ -61,7 +61,7 @@ impl MemcachedStore {
     pub async fn connect(options: &MemcachedOptions) -> Result<MemcachedStore, StoreError> {
         if !is_plain_name(&options.namespace) {
             return Err(StoreError::Protocol(format!(
-                "namespace {:?} must be 1 to 64 characters of A-Z a-z 0-9 _ - .",
+                "namespace {:?} must be {PLAIN_NAME_RULE}",
                 options.namespace
             )));
         }
