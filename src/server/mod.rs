@@ -57,16 +57,14 @@ impl App {
     /// Build the store and the limiter a configuration describes. With no
     /// Memcached server configured, counters live in this process.
     pub async fn from_config(config: &Config) -> Result<App, StoreError> {
-        let store = match () {
-            #[cfg(feature = "memcached")]
-            () if !config.servers.is_empty() => {
-                let options = config
-                    .memcached_options()
-                    .ok_or_else(|| StoreError::Unreachable("no Memcached server".to_owned()))?;
-                AnyStore::Memcached(MemcachedStore::connect(&options).await?)
-            }
-            () => AnyStore::Memory(MemoryStore::new()),
+        #[cfg(feature = "memcached")]
+        let store = match config.memcached_options() {
+            Some(options) => AnyStore::Memcached(MemcachedStore::connect(&options).await?),
+            None => AnyStore::Memory(MemoryStore::new()),
         };
+        // Config::resolve refuses servers in a build without the feature.
+        #[cfg(not(feature = "memcached"))]
+        let store = AnyStore::Memory(MemoryStore::new());
         let limiter = Limiter::builder(store)
             .timeout(config.timeout)
             .near_cache_capacity(config.near_cache_capacity)
