@@ -15,7 +15,10 @@ use crate::policy::{LimitSpec, PLAIN_NAME_RULE, Policy, is_plain_name};
 #[cfg(feature = "memcached")]
 use crate::store::MemcachedOptions;
 
-pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(
+    std::net::Ipv4Addr::LOCALHOST,
+    8080,
+));
 
 /// Flags, each with its environment twin (clap reads the variable when the
 /// flag is absent, so flags win over the environment).
@@ -176,19 +179,16 @@ impl Config {
             }
             None => ("configuration".to_owned(), FileConfig::default()),
         };
-        let in_file =
-            |field: &str, message: String| ConfigError(format!("{origin}: {field}: {message}"));
-        let in_flag = |flag: &str, env: &str, message: String| {
-            ConfigError(format!("--{flag} (or {env}): {message}"))
-        };
+        let origin = Origin(origin);
+        let in_file = |field: &str, message: String| origin.file_error(field, message);
 
-        let listen = match (&overrides.listen, &file.listen) {
-            (Some(text), _) => {
-                parse_listen(text).map_err(|m| in_flag("listen", "SLIDEGATE_LISTEN", m))?
-            }
-            (None, Some(text)) => parse_listen(text).map_err(|m| in_file("listen", m))?,
-            (None, None) => parse_listen(DEFAULT_LISTEN).map_err(|m| in_file("listen", m))?,
-        };
+        let listen = origin
+            .layered(
+                ("listen", overrides.listen.as_deref()),
+                ("listen", file.listen.as_deref()),
+                parse_listen,
+            )?
+            .unwrap_or(DEFAULT_LISTEN);
 
         let servers: Vec<String> = overrides
             .memcached
@@ -206,24 +206,21 @@ impl Config {
             ));
         }
 
-        let namespace = match (&overrides.namespace, &file.memcached.namespace) {
-            (Some(namespace), _) => check_namespace(namespace)
-                .map_err(|m| in_flag("namespace", "SLIDEGATE_NAMESPACE", m))?,
-            (None, Some(namespace)) => {
-                check_namespace(namespace).map_err(|m| in_file("memcached.namespace", m))?
-            }
-            (None, None) => "sg".to_owned(),
-        };
+        let namespace = origin
+            .layered(
+                ("namespace", overrides.namespace.as_deref()),
+                ("memcached.namespace", file.memcached.namespace.as_deref()),
+                check_namespace,
+            )?
+            .unwrap_or_else(|| "sg".to_owned());
 
-        let timeout_ms = match (overrides.timeout_ms, file.memcached.timeout_ms) {
-            (Some(ms), _) => {
-                check_timeout(ms).map_err(|m| in_flag("timeout-ms", "SLIDEGATE_TIMEOUT_MS", m))?
-            }
-            (None, Some(ms)) => {
-                check_timeout(ms).map_err(|m| in_file("memcached.timeout_ms", m))?
-            }
-            (None, None) => DEFAULT_TIMEOUT.as_millis() as u64,
-        };
+        let timeout_ms = origin
+            .layered(
+                ("timeout-ms", overrides.timeout_ms.as_ref()),
+                ("memcached.timeout_ms", file.memcached.timeout_ms.as_ref()),
+                |ms| check_timeout(*ms),
+            )?
+            .unwrap_or(DEFAULT_TIMEOUT.as_millis() as u64);
 
         let max_connections = match file.memcached.max_connections {
             Some(0) => {
@@ -236,14 +233,13 @@ impl Config {
             None => 64,
         };
 
-        let failure_mode = match (&overrides.failure_mode, &file.failure.mode) {
-            (Some(mode), _) => parse_failure_mode(mode)
-                .map_err(|m| in_flag("failure-mode", "SLIDEGATE_FAILURE_MODE", m))?,
-            (None, Some(mode)) => {
-                parse_failure_mode(mode).map_err(|m| in_file("failure.mode", m))?
-            }
-            (None, None) => FailureMode::default(),
-        };
+        let failure_mode = origin
+            .layered(
+                ("failure-mode", overrides.failure_mode.as_deref()),
+                ("failure.mode", file.failure.mode.as_deref()),
+                parse_failure_mode,
+            )?
+            .unwrap_or_default();
 
         let near_cache_capacity = overrides
             .near_cache_capacity
@@ -309,6 +305,35 @@ impl Config {
             timeout: self.timeout,
             max_connections: self.max_connections,
         })
+    }
+}
+
+/// The file a configuration came from, for messages that name it.
+struct Origin(String);
+
+impl Origin {
+    fn file_error(&self, field: &str, message: String) -> ConfigError {
+        ConfigError(format!("{}: {field}: {message}", self.0))
+    }
+
+    /// The value of a flag (or of its `SLIDEGATE_*` twin, which clap has
+    /// already merged in) if given, else the file's, parsed; `None` when
+    /// neither sets it. A bad value is named by where it came from.
+    fn layered<V: ?Sized, T>(
+        &self,
+        (flag, from_flag): (&str, Option<&V>),
+        (field, from_file): (&str, Option<&V>),
+        parse: impl Fn(&V) -> Result<T, String>,
+    ) -> Result<Option<T>, ConfigError> {
+        if let Some(value) = from_flag {
+            return parse(value).map(Some).map_err(|message| {
+                let twin = format!("SLIDEGATE_{}", flag.to_uppercase().replace('-', "_"));
+                ConfigError(format!("--{flag} (or {twin}): {message}"))
+            });
+        }
+        from_file
+            .map(|value| parse(value).map_err(|message| self.file_error(field, message)))
+            .transpose()
     }
 }
 
@@ -445,7 +470,8 @@ limits = [{ limit = 10, window = "1s" },
     #[test]
     fn defaults_need_no_file() {
         let config = Config::resolve(None, &Overrides::default()).unwrap();
-        assert_eq!(config.listen.to_string(), DEFAULT_LISTEN);
+        assert_eq!(config.listen, DEFAULT_LISTEN);
+        assert_eq!(DEFAULT_LISTEN.to_string(), "127.0.0.1:8080");
         assert!(
             config.servers.is_empty(),
             "no memcached: the in-memory store"
@@ -543,6 +569,28 @@ limits = [{ limit = 10, window = "1s" },
             error.starts_with("--failure-mode (or SLIDEGATE_FAILURE_MODE): "),
             "{error}"
         );
+    }
+
+    #[test]
+    fn every_flag_has_the_environment_twin_its_errors_name() {
+        // Origin::layered derives `SLIDEGATE_X_Y` from `--x-y` for messages;
+        // the twins clap actually reads must be those names.
+        use clap::CommandFactory;
+        let command = Overrides::command();
+        let flags: Vec<_> = command
+            .get_arguments()
+            .filter(|arg| arg.get_long().is_some())
+            .collect();
+        assert_eq!(flags.len(), 7);
+        for arg in flags {
+            let long = arg.get_long().unwrap_or_default();
+            let twin = format!("SLIDEGATE_{}", long.to_uppercase().replace('-', "_"));
+            assert_eq!(
+                arg.get_env().and_then(|env| env.to_str()),
+                Some(twin.as_str()),
+                "--{long}"
+            );
+        }
     }
 
     #[test]
