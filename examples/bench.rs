@@ -39,7 +39,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         servers: vec![server.clone()],
         namespace: format!("bench{}", std::process::id()),
         timeout: Duration::from_secs(1),
-        max_connections: callers as usize,
+        connections: 2,
+        ..MemcachedOptions::default()
     };
     let roomy = Arc::new(Policy::new(
         "bench",

@@ -12,6 +12,7 @@ use serde::Deserialize;
 
 use crate::limiter::{DEFAULT_NEAR_CACHE_CAPACITY, DEFAULT_TIMEOUT, FailureMode};
 use crate::policy::{LimitSpec, PLAIN_NAME_RULE, Policy, is_plain_name};
+use crate::store::DEFAULT_CONNECTIONS;
 #[cfg(feature = "memcached")]
 use crate::store::MemcachedOptions;
 
@@ -80,7 +81,7 @@ struct MemcachedSection {
     servers: Option<Vec<String>>,
     timeout_ms: Option<u64>,
     namespace: Option<String>,
-    max_connections: Option<usize>,
+    connections: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -115,7 +116,8 @@ pub struct Config {
     /// Memcached servers; empty means the embedded in-memory store.
     pub servers: Vec<String>,
     pub namespace: String,
-    pub max_connections: usize,
+    /// Multiplexed connections per Memcached server.
+    pub connections: usize,
     pub timeout: Duration,
     pub near_cache_capacity: u64,
     pub failure_mode: FailureMode,
@@ -222,15 +224,15 @@ impl Config {
             )?
             .unwrap_or(DEFAULT_TIMEOUT.as_millis() as u64);
 
-        let max_connections = match file.memcached.max_connections {
-            Some(0) => {
+        let connections = match file.memcached.connections {
+            Some(count @ 1..=64) => count,
+            Some(count) => {
                 return Err(in_file(
-                    "memcached.max_connections",
-                    "must be at least 1".to_owned(),
+                    "memcached.connections",
+                    format!("must be from 1 to 64, got {count}"),
                 ));
             }
-            Some(count) => count,
-            None => 64,
+            None => DEFAULT_CONNECTIONS,
         };
 
         let failure_mode = origin
@@ -288,7 +290,7 @@ impl Config {
             listen,
             servers,
             namespace,
-            max_connections,
+            connections,
             timeout: Duration::from_millis(timeout_ms),
             near_cache_capacity,
             failure_mode,
@@ -303,7 +305,8 @@ impl Config {
             servers: self.servers.clone(),
             namespace: self.namespace.clone(),
             timeout: self.timeout,
-            max_connections: self.max_connections,
+            connections: self.connections,
+            ..MemcachedOptions::default()
         })
     }
 }

@@ -42,11 +42,24 @@ impl KeyDigest {
     pub fn as_bytes(&self) -> &[u8; 16] {
         &self.0
     }
+
+    /// Lowercase hex, as [`Display`](fmt::Display) writes it, without
+    /// formatting machinery or allocation: it is on every check's wire path.
+    pub fn hex(&self) -> [u8; 32] {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut hex = [0u8; 32];
+        for (index, byte) in self.0.iter().enumerate() {
+            hex[2 * index] = DIGITS[usize::from(byte >> 4)];
+            hex[2 * index + 1] = DIGITS[usize::from(byte & 0x0f)];
+        }
+        hex
+    }
 }
 
 impl fmt::Display for KeyDigest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.iter().try_for_each(|byte| write!(f, "{byte:02x}"))
+        // Hex digits are ASCII.
+        f.write_str(std::str::from_utf8(&self.hex()).unwrap_or_default())
     }
 }
 
@@ -74,6 +87,12 @@ pub fn bucket_ttl_secs(window: Window) -> u64 {
 }
 
 const TTL_MARGIN_SECS: u64 = 2;
+
+/// Multiplexed connections per Memcached node when none is configured. Each
+/// carries any number of concurrent checks; two keep both directions of a
+/// node busy while each write still carries many checks (measured in
+/// docs/performance.md).
+pub const DEFAULT_CONNECTIONS: usize = 2;
 
 /// The work of one round trip: read `reads`, then add `amount` to each of
 /// `adds`, creating a missing counter with `amount` and the TTL of its
@@ -163,6 +182,10 @@ pub enum StoreError {
     Ambiguous(String),
     #[error("unexpected answer: {0}")]
     Protocol(String),
+    /// Too many requests already wait for the store: refused at once, so
+    /// the failure mode decides rather than a queue without bound.
+    #[error("overloaded: {0}")]
+    Overloaded(String),
 }
 
 impl StoreError {

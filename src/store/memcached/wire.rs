@@ -1,0 +1,384 @@
+//! Keys, commands and replies of the meta protocol, as bytes: no I/O here.
+//!
+//! Commands are written straight into a connection's reused write buffer,
+//! and replies parsed straight out of its read buffer, so a check costs no
+//! allocation and no string formatting on the wire path. The `memcache`
+//! crate's own `MetaCommand` owns its key and every flag as separate heap
+//! vectors (four or more allocations per command), and it has no parser
+//! for a buffer holding many pipelined replies, only for one header line;
+//! we use its return-code table and, for error lines, its header parser.
+//!
+//! Every command carries an opaque token `O<n>`, which memcached echoes
+//! (on `VA`, `HD`, `EN` and `NF` alike), so the reader can prove that each
+//! reply pairs with the command it takes it for.
+
+use memcache::exp::{MetaResponse, ReturnCode};
+
+use crate::store::CounterKey;
+
+/// Memcached reads a TTL above 30 days as an absolute Unix time; a longer
+/// relative TTL would be taken as a date in 1970 and expire at once.
+pub const MAX_RELATIVE_TTL_SECS: u64 = 30 * 24 * 60 * 60;
+
+/// The longest reply line we accept before declaring the stream corrupt:
+/// ours carry at most a return code, a length and an opaque token.
+const MAX_LINE: usize = 1024;
+/// The longest value a counter can have: a u64 in decimal.
+const MAX_VALUE: usize = 20;
+
+/// One meta command of a batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Command {
+    /// `mg <key> v`: read a counter.
+    Read(CounterKey),
+    /// `ma <key> N<ttl> J<n> D<n> v`: add `n`, creating the counter with `n`
+    /// (auto-vivify) when it is missing; answers the value after.
+    Add {
+        counter: CounterKey,
+        amount: u64,
+        ttl: u32,
+    },
+    /// `ma <key> MD D<n> v`: subtract `n`, saturating at 0; `NF` when the
+    /// counter is gone.
+    Subtract { counter: CounterKey, amount: u64 },
+    /// `mn`: answers `MN`, for health checks.
+    Noop,
+}
+
+impl Command {
+    /// Whether a written command whose reply was lost may have changed a
+    /// counter: its outcome is then unknown, and it must not be retried.
+    pub fn changes_state(&self) -> bool {
+        matches!(self, Command::Add { .. } | Command::Subtract { .. })
+    }
+}
+
+/// What memcached answered to one command.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reply {
+    /// `VA`: the counter's value (a read, or the value after arithmetic).
+    Value(u64),
+    /// `EN` or `NF`: no such counter.
+    Missing,
+    /// `MN`, the answer to `mn`.
+    Noop,
+    /// `NS`, `EX`, a bare `HD`, or `CLIENT_ERROR`/`SERVER_ERROR` for this
+    /// one command: the stream is still in step, but the command failed.
+    Failed(String),
+}
+
+/// A reply and the opaque token it echoed, if any.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Parsed {
+    pub reply: Reply,
+    pub opaque: Option<u32>,
+    /// Bytes of the buffer the reply took.
+    pub len: usize,
+}
+
+/// The stream cannot be read any further: the connection must be dropped.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("memcached stream out of step: {0}")]
+pub struct Desync(pub String);
+
+/// Write the wire key of `counter`: `{namespace}:{digest}:{window_ms}.{precision}:{bucket}`.
+/// ASCII with no spaces, at most 64 + 1 + 32 + 1 + 14 + 1 + 4 + 1 + 20 < 250 bytes.
+pub fn write_key(namespace: &str, counter: &CounterKey, buffer: &mut Vec<u8>) {
+    buffer.extend_from_slice(namespace.as_bytes());
+    buffer.push(b':');
+    buffer.extend_from_slice(&counter.digest.hex());
+    buffer.push(b':');
+    write_number(counter.window.window_ms(), buffer);
+    buffer.push(b'.');
+    write_number(u64::from(counter.window.precision()), buffer);
+    buffer.push(b':');
+    write_number(counter.bucket, buffer);
+}
+
+/// The wire key as a string, for tests and diagnostics.
+pub fn key_string(namespace: &str, counter: &CounterKey) -> String {
+    let mut buffer = Vec::with_capacity(96);
+    write_key(namespace, counter, &mut buffer);
+    // Built from a plain namespace, hex digits and numbers: always ASCII.
+    String::from_utf8_lossy(&buffer).into_owned()
+}
+
+/// Append one command with opaque token `opaque`.
+pub fn encode(command: &Command, namespace: &str, opaque: u32, buffer: &mut Vec<u8>) {
+    match command {
+        Command::Read(counter) => {
+            buffer.extend_from_slice(b"mg ");
+            write_key(namespace, counter, buffer);
+            buffer.extend_from_slice(b" v");
+        }
+        Command::Add {
+            counter,
+            amount,
+            ttl,
+        } => {
+            buffer.extend_from_slice(b"ma ");
+            write_key(namespace, counter, buffer);
+            buffer.extend_from_slice(b" N");
+            write_number(u64::from(*ttl), buffer);
+            buffer.extend_from_slice(b" J");
+            write_number(*amount, buffer);
+            buffer.extend_from_slice(b" D");
+            write_number(*amount, buffer);
+            buffer.extend_from_slice(b" v");
+        }
+        Command::Subtract { counter, amount } => {
+            buffer.extend_from_slice(b"ma ");
+            write_key(namespace, counter, buffer);
+            buffer.extend_from_slice(b" MD D");
+            write_number(*amount, buffer);
+            buffer.extend_from_slice(b" v");
+        }
+        // `mn` takes no flags, so it carries no opaque token.
+        Command::Noop => {
+            buffer.extend_from_slice(b"mn\r\n");
+            return;
+        }
+    }
+    buffer.extend_from_slice(b" O");
+    write_number(u64::from(opaque), buffer);
+    buffer.extend_from_slice(b"\r\n");
+}
+
+/// The TTL to send for a counter that must live `ttl_secs` from `now_ms`.
+pub fn ttl(ttl_secs: u64, now_ms: u64) -> u32 {
+    let ttl = if ttl_secs > MAX_RELATIVE_TTL_SECS {
+        now_ms / 1000 + ttl_secs
+    } else {
+        ttl_secs
+    };
+    // Windows are at most a year, so this only saturates after 2105.
+    u32::try_from(ttl).unwrap_or(u32::MAX)
+}
+
+fn write_number(value: u64, buffer: &mut Vec<u8>) {
+    let mut digits = itoa::Buffer::new();
+    buffer.extend_from_slice(digits.format(value).as_bytes());
+}
+
+/// Parse the first reply in `buffer`: `Ok(None)` when it has not fully
+/// arrived yet.
+pub fn parse(buffer: &[u8]) -> Result<Option<Parsed>, Desync> {
+    let Some(line_end) = find_crlf(buffer)? else {
+        if buffer.len() > MAX_LINE {
+            return Err(Desync(format!("no end of line in {} bytes", buffer.len())));
+        }
+        return Ok(None);
+    };
+    let line = &buffer[..line_end];
+    let mut tokens = line.split(|&byte| byte == b' ').filter(|t| !t.is_empty());
+    let code = tokens.next().unwrap_or_default();
+    let code = match ReturnCode::from_wire(code) {
+        Ok(code) => code,
+        Err(_) => return failed_line(line, line_end),
+    };
+    let mut opaque = None;
+    let mut length = None;
+    for (index, token) in tokens.enumerate() {
+        if index == 0 && code == ReturnCode::Va {
+            length = Some(
+                parse_number(token)
+                    .filter(|&n| n as usize <= MAX_VALUE)
+                    .ok_or_else(|| Desync(format!("bad value length in {}", show(line))))?
+                    as usize,
+            );
+        } else if let Some(digits) = token.strip_prefix(b"O") {
+            opaque = Some(
+                parse_number(digits)
+                    .and_then(|n| u32::try_from(n).ok())
+                    .ok_or_else(|| Desync(format!("bad opaque token in {}", show(line))))?,
+            );
+        }
+    }
+    let mut len = line_end + 2;
+    let reply = match code {
+        ReturnCode::Va => {
+            let length = length.ok_or_else(|| Desync("VA without a length".to_owned()))?;
+            let end = len + length;
+            if buffer.len() < end + 2 {
+                return Ok(None);
+            }
+            if &buffer[end..end + 2] != b"\r\n" {
+                return Err(Desync("a value block not ended by CRLF".to_owned()));
+            }
+            // A decrement keeps the value's length and pads it with spaces.
+            let digits = buffer[len..end].trim_ascii_end();
+            let value = parse_number(digits).ok_or_else(|| {
+                Desync(format!(
+                    "a counter that is not a number: {} (is another program writing under this namespace?)",
+                    show(&buffer[len..end])
+                ))
+            })?;
+            len = end + 2;
+            Reply::Value(value)
+        }
+        ReturnCode::En | ReturnCode::Nf => Reply::Missing,
+        ReturnCode::Mn => Reply::Noop,
+        _ => Reply::Failed(format!("memcached answered {}", show(line))),
+    };
+    Ok(Some(Parsed { reply, opaque, len }))
+}
+
+/// `CLIENT_ERROR`/`SERVER_ERROR` are one line each and leave the stream in
+/// step; anything else unknown means we no longer know where replies start.
+fn failed_line(line: &[u8], line_end: usize) -> Result<Option<Parsed>, Desync> {
+    match MetaResponse::parse_header(line) {
+        Err(error @ (memcache::exp::Error::Rejected(_) | memcache::exp::Error::Server(_)))
+            if !line.starts_with(b"ERROR") =>
+        {
+            Ok(Some(Parsed {
+                reply: Reply::Failed(error.to_string()),
+                opaque: None,
+                len: line_end + 2,
+            }))
+        }
+        _ => Err(Desync(format!("unexpected reply {}", show(line)))),
+    }
+}
+
+/// Where the first line ends (the index of its CR), or a desync when a line
+/// ends in a bare LF, which memcached never sends.
+fn find_crlf(buffer: &[u8]) -> Result<Option<usize>, Desync> {
+    match buffer.iter().position(|&byte| byte == b'\n') {
+        Some(newline) if newline > 0 && buffer[newline - 1] == b'\r' => Ok(Some(newline - 1)),
+        Some(_) => Err(Desync("a line not ended by CRLF".to_owned())),
+        None => Ok(None),
+    }
+}
+
+fn parse_number(digits: &[u8]) -> Option<u64> {
+    if digits.is_empty() || digits.len() > MAX_VALUE {
+        return None;
+    }
+    digits.iter().try_fold(0u64, |value, &byte| {
+        let digit = byte.checked_sub(b'0').filter(|&d| d <= 9)?;
+        value.checked_mul(10)?.checked_add(u64::from(digit))
+    })
+}
+
+fn show(bytes: &[u8]) -> String {
+    format!(
+        "{:?}",
+        String::from_utf8_lossy(&bytes[..bytes.len().min(80)])
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::Window;
+    use crate::store::KeyDigest;
+
+    fn counter() -> CounterKey {
+        CounterKey {
+            digest: KeyDigest::of("api", "client-42"),
+            window: Window::new(60_000, 10).unwrap(),
+            bucket: 2_950_000,
+        }
+    }
+
+    #[test]
+    fn commands_are_written_as_the_meta_protocol_says() {
+        let mut buffer = Vec::new();
+        encode(&Command::Read(counter()), "sg", 7, &mut buffer);
+        encode(
+            &Command::Add {
+                counter: counter(),
+                amount: 3,
+                ttl: 122,
+            },
+            "sg",
+            8,
+            &mut buffer,
+        );
+        encode(
+            &Command::Subtract {
+                counter: counter(),
+                amount: 3,
+            },
+            "sg",
+            9,
+            &mut buffer,
+        );
+        encode(&Command::Noop, "sg", 10, &mut buffer);
+        let key = "sg:edce31df96748419b36acbefd989743c:60000.10:2950000";
+        assert_eq!(
+            String::from_utf8(buffer).unwrap(),
+            format!("mg {key} v O7\r\nma {key} N122 J3 D3 v O8\r\nma {key} MD D3 v O9\r\nmn\r\n")
+        );
+        assert_eq!(key_string("sg", &counter()), key);
+    }
+
+    #[test]
+    fn replies_parse_one_at_a_time_and_wait_for_the_rest() {
+        let stream = b"VA 2 O7\r\n15\r\nEN O8\r\nNF O9\r\nMN\r\nVA 3 O10\r\n0  \r\n";
+        let mut offset = 0;
+        let mut replies = Vec::new();
+        while let Some(parsed) = parse(&stream[offset..]).unwrap() {
+            offset += parsed.len;
+            replies.push((parsed.reply, parsed.opaque));
+        }
+        assert_eq!(offset, stream.len());
+        assert_eq!(
+            replies,
+            [
+                (Reply::Value(15), Some(7)),
+                (Reply::Missing, Some(8)),
+                (Reply::Missing, Some(9)),
+                (Reply::Noop, None),
+                (Reply::Value(0), Some(10)),
+            ]
+        );
+        // Every prefix of a reply is "not yet", never an error.
+        let whole = b"VA 2 O7\r\n15\r\n";
+        for cut in 0..whole.len() {
+            assert_eq!(parse(&whole[..cut]), Ok(None), "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn a_failed_command_keeps_the_stream_in_step() {
+        let parsed = parse(b"SERVER_ERROR out of memory\r\nEN O3\r\n")
+            .unwrap()
+            .unwrap();
+        assert!(matches!(parsed.reply, Reply::Failed(ref m) if m.contains("out of memory")));
+        assert_eq!(parsed.len, 28);
+        assert!(matches!(
+            parse(b"NS O4\r\n").unwrap().unwrap().reply,
+            Reply::Failed(_)
+        ));
+    }
+
+    #[test]
+    fn corruption_is_a_desync_not_a_guess() {
+        for bad in [
+            &b"ERROR\r\n"[..],
+            b"XX\r\n",
+            b"VA x O1\r\n1\r\n",
+            b"VA 99 O1\r\n",
+            b"VA 2 O1\r\nab\r\n",
+            b"VA 1 O1\r\n12\r\n",
+            b"HD Ox\r\n",
+            b"EN O99999999999\r\n",
+            b"EN O1\nEN O2\r\n",
+        ] {
+            assert!(parse(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
+        }
+        assert!(parse(&[b'x'; 2000]).is_err(), "an endless line");
+    }
+
+    #[test]
+    fn ttls_over_thirty_days_become_absolute_times() {
+        let now_ms = 1_800_000_000_000;
+        assert_eq!(ttl(122, now_ms), 122);
+        assert_eq!(ttl(MAX_RELATIVE_TTL_SECS, now_ms), 2_592_000);
+        assert_eq!(
+            ttl(MAX_RELATIVE_TTL_SECS + 1, now_ms),
+            1_800_000_000 + 2_592_001
+        );
+    }
+}
