@@ -1,0 +1,341 @@
+//! The multiplexed connection under faults, against real memcached
+//! processes: killed mid-stream, a listener that never answers, a proxy
+//! that delays replies, and thousands of callers that give up at random.
+//! Whatever happens, calls come back, the stream stays in step, and
+//! memcached ends up counting exactly what callers were told was counted.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use common::Memcached;
+use slidegate::store::{CounterKey, KeyDigest, Store};
+use slidegate::{Limit, Limiter, ManualClock, MemcachedStore, Policy, Source};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+const MINUTE: u64 = 60_000;
+
+fn per_minute(limit: u64) -> Arc<Policy> {
+    Arc::new(Policy::new("api", vec![Limit::new(limit, MINUTE, 1).unwrap()]).unwrap())
+}
+
+async fn store(addr: String, timeout: Duration) -> Arc<MemcachedStore> {
+    let mut options = common::memcached_options(vec![addr]);
+    options.timeout = timeout;
+    Arc::new(MemcachedStore::connect(&options).await.unwrap())
+}
+
+/// The value memcached holds for the current bucket of `key`.
+fn counter_value(memcached: &Memcached, store: &MemcachedStore, key: &str, now: u64) -> u64 {
+    let limit = per_minute(1).limits()[0];
+    let wire_key = store.wire_key(&CounterKey {
+        digest: KeyDigest::of("api", key),
+        window: limit.window(),
+        bucket: limit.window().bucket_of(now),
+    });
+    let answer = memcached.raw(&format!("mg {wire_key} v\r\nmn\r\n"), "MN\r\n");
+    let mut lines = answer.lines();
+    match lines.next() {
+        Some("EN") => 0,
+        Some(header) if header.starts_with("VA") => lines
+            .next()
+            .and_then(|line| line.trim().parse().ok())
+            .unwrap_or_else(|| panic!("unexpected answer {answer:?}")),
+        _ => panic!("unexpected answer {answer:?}"),
+    }
+}
+
+/// Wait until memcached's count stops moving (rollbacks and take-backs of
+/// abandoned requests are still in flight when the callers return).
+async fn settled_value(memcached: &Memcached, store: &MemcachedStore, key: &str, now: u64) -> u64 {
+    let mut last = counter_value(memcached, store, key, now);
+    let mut stable = 0;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while stable < 3 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let value = counter_value(memcached, store, key, now);
+        stable = if value == last { stable + 1 } else { 0 };
+        last = value;
+    }
+    last
+}
+
+/// 10,000 concurrent checks of one key, each given up by its caller after a
+/// random 0-4 ms (on top of the limiter's own timeout of 1-5 ms): some are
+/// abandoned before they are written, some after, some answer. memcached's
+/// count must then be exactly the number of checks that answered "admitted
+/// by the store": an abandoned increment is never sent, or is taken back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_timeouts_leave_exact_counts() {
+    const CHECKS: u64 = 10_000;
+    let memcached = Memcached::start();
+    let now = common::today_ms() + 30_000;
+    let store = store(memcached.addr(), Duration::from_millis(5)).await;
+    // Limiters differing only in their timeout, sharing the connections.
+    let limiters: Vec<Arc<Limiter<Arc<MemcachedStore>>>> = (1..=5)
+        .map(|ms| {
+            Arc::new(
+                Limiter::builder(store.clone())
+                    .clock(ManualClock::new(now))
+                    .timeout(Duration::from_millis(ms))
+                    .build(),
+            )
+        })
+        .collect();
+    let policy = per_minute(6_000);
+    let admitted_by_store = Arc::new(AtomicU64::new(0));
+    let outcomes = Arc::new([
+        AtomicUsize::new(0),
+        AtomicUsize::new(0),
+        AtomicUsize::new(0),
+        AtomicUsize::new(0),
+    ]);
+    let tasks: Vec<_> = (0..CHECKS)
+        .map(|index| {
+            let limiter = limiters[(index % 5) as usize].clone();
+            let (policy, admitted, outcomes) =
+                (policy.clone(), admitted_by_store.clone(), outcomes.clone());
+            // A cheap deterministic spread of the callers' own deadlines.
+            let patience = Duration::from_micros((index * 7_919) % 4_000);
+            tokio::spawn(async move {
+                let check = limiter.check("hot", &policy, 1);
+                match tokio::time::timeout(patience, check).await {
+                    Ok(Ok(decision)) if decision.source == Source::Store => {
+                        if decision.allowed {
+                            admitted.fetch_add(1, Ordering::SeqCst);
+                            outcomes[0].fetch_add(1, Ordering::Relaxed);
+                        } else {
+                            outcomes[1].fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    Ok(Ok(_)) => {
+                        outcomes[2].fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok(Err(error)) => panic!("{error}"),
+                    Err(_) => {
+                        outcomes[3].fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let counted = settled_value(&memcached, &store, "hot", now).await;
+    let admitted = admitted_by_store.load(Ordering::SeqCst);
+    let [store_admitted, store_rejected, fallback, abandoned] =
+        outcomes.each_ref().map(|n| n.load(Ordering::Relaxed));
+    println!(
+        "{CHECKS} checks: {store_admitted} admitted and {store_rejected} rejected by the store, \
+         {fallback} decided by the failure mode after the limiter's timeout, {abandoned} abandoned \
+         by their callers; memcached counts {counted}"
+    );
+    assert_eq!(counted, admitted);
+    assert!(
+        store_admitted > 0 && fallback + abandoned > 0,
+        "the test must mix answered and abandoned checks to mean anything"
+    );
+    // The connection is still in step: a fresh check counts from there.
+    let limiter = Limiter::builder(store.clone())
+        .clock(ManualClock::new(now))
+        .timeout(Duration::from_secs(2))
+        .build();
+    let decision = limiter.check("hot", &policy, 1).await.unwrap();
+    assert_eq!(decision.source, Source::Store);
+    assert_eq!(decision.limits[0].estimate.as_f64(), (counted + 1) as f64);
+}
+
+/// memcached killed while 64 callers check: every call comes back (store
+/// or failure mode), none hangs, and once memcached is back the store
+/// decides again by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_mid_stream_then_back() {
+    let mut memcached = Memcached::start();
+    let store = store(memcached.addr(), Duration::from_millis(200)).await;
+    let limiter = Arc::new(Limiter::new(store));
+    let policy = per_minute(1_000_000);
+    let sources = Arc::new([AtomicUsize::new(0), AtomicUsize::new(0)]);
+    let started = Instant::now();
+    let callers: Vec<_> = (0..64)
+        .map(|caller| {
+            let (limiter, policy, sources) = (limiter.clone(), policy.clone(), sources.clone());
+            tokio::spawn(async move {
+                for round in 0..200 {
+                    let key = format!("k{caller}-{}", round % 10);
+                    let decision = limiter.check(&key, &policy, 1).await.unwrap();
+                    assert!(decision.allowed);
+                    let index = usize::from(decision.source != Source::Store);
+                    sources[index].fetch_add(1, Ordering::Relaxed);
+                    if started.elapsed() > Duration::from_secs(20) {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_micros(500)).await;
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    let before_kill = sources[0].load(Ordering::Relaxed);
+    memcached.kill();
+    for caller in callers {
+        tokio::time::timeout(Duration::from_secs(30), caller)
+            .await
+            .expect("a caller hung")
+            .unwrap();
+    }
+    let [by_store, by_failure_mode] = sources.each_ref().map(|n| n.load(Ordering::Relaxed));
+    println!(
+        "{by_store} decided by the store ({before_kill} before the kill), {by_failure_mode} by the failure mode"
+    );
+    assert!(before_kill > 0 && by_failure_mode > 0);
+
+    memcached.restart();
+    let restarted = Instant::now();
+    loop {
+        let decision = limiter.check("after", &policy, 1).await.unwrap();
+        if decision.source == Source::Store {
+            break;
+        }
+        assert!(restarted.elapsed() < Duration::from_secs(10), "no recovery");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    println!(
+        "the store decided again {:?} after the restart",
+        restarted.elapsed()
+    );
+    assert!(limiter.ready().await.is_ok());
+}
+
+/// A listener that accepts and never answers: calls end at the limiter's
+/// timeout, and the connection is dropped once a reply is overdue beyond
+/// the stall bound (1 s here), then dialled again.
+#[tokio::test]
+async fn a_silent_node_is_dropped_and_redialled() {
+    let silent = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = silent.local_addr().unwrap().to_string();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counter = accepted.clone();
+    let listener = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = silent.accept().await {
+            counter.fetch_add(1, Ordering::SeqCst);
+            held.push(stream);
+        }
+    });
+    let store = store(addr, Duration::from_millis(50)).await;
+    let limiter = Limiter::new(store);
+    let policy = per_minute(5);
+    let started = Instant::now();
+    // The default two connections, then at least one more after a stall.
+    while accepted.load(Ordering::SeqCst) < 3 {
+        let call = Instant::now();
+        let decision = limiter.check("k", &policy, 1).await.unwrap();
+        assert_eq!(decision.source, Source::Fallback);
+        assert!(call.elapsed() < Duration::from_secs(1), "a call hung");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the stalled connection was never dropped"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    println!("stalled connection redialled after {:?}", started.elapsed());
+    listener.abort();
+}
+
+/// A proxy that holds every reply for a while. With the limiter's timeout
+/// below the delay, every call gives up after writing; the late replies must
+/// be read and dropped in order, their increments taken back, and once the
+/// delay is lifted the same connection answers each call with its own
+/// reply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_replies_are_dropped_in_order() {
+    let memcached = Memcached::start();
+    let delay = Arc::new(AtomicU64::new(0));
+    let proxy = delaying_proxy(memcached.addr(), delay.clone()).await;
+    let now = common::today_ms() + 30_000;
+    let store = store(proxy, Duration::from_millis(20)).await;
+    let impatient = Limiter::builder(store.clone())
+        .clock(ManualClock::new(now))
+        .build();
+    let policy = per_minute(1_000);
+    // Wait until the connections are up, so calls are written, not dropped
+    // unsent.
+    let started = Instant::now();
+    while store.ping().await.is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "never connected"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    delay.store(100, Ordering::SeqCst);
+    for index in 0..20 {
+        let decision = impatient
+            .check(&format!("k{}", index % 4), &policy, 1)
+            .await
+            .unwrap();
+        assert_eq!(decision.source, Source::Fallback);
+    }
+    delay.store(0, Ordering::SeqCst);
+    let patient = Limiter::builder(store.clone())
+        .clock(ManualClock::new(now))
+        .timeout(Duration::from_secs(2))
+        .build();
+    for key in ["k0", "k1", "k2", "k3"] {
+        assert_eq!(
+            settled_value(&memcached, &store, key, now).await,
+            0,
+            "{key}: an abandoned increment was left counted"
+        );
+    }
+    for round in 1..=3 {
+        for key in ["k0", "k1", "k2", "k3"] {
+            let decision = patient.check(key, &policy, 1).await.unwrap();
+            assert_eq!(decision.source, Source::Store);
+            assert_eq!(
+                decision.limits[0].estimate.as_f64(),
+                f64::from(round),
+                "{key}: got another call's reply"
+            );
+        }
+    }
+}
+
+/// Forward bytes both ways; hold each chunk from memcached for `delay` ms.
+async fn delaying_proxy(upstream: String, delay: Arc<AtomicU64>) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let Ok(server) = TcpStream::connect(&upstream).await else {
+                continue;
+            };
+            let (mut client_read, mut client_write) = client.into_split();
+            let (mut server_read, mut server_write) = server.into_split();
+            tokio::spawn(async move {
+                let _ = tokio::io::copy(&mut client_read, &mut server_write).await;
+            });
+            let delay = delay.clone();
+            tokio::spawn(async move {
+                let mut buffer = vec![0u8; 64 * 1024];
+                while let Ok(read) = server_read.read(&mut buffer).await {
+                    if read == 0 {
+                        break;
+                    }
+                    let ms = delay.load(Ordering::SeqCst);
+                    if ms > 0 {
+                        tokio::time::sleep(Duration::from_millis(ms)).await;
+                    }
+                    if client_write.write_all(&buffer[..read]).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
