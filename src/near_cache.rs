@@ -15,7 +15,7 @@
 //! That expiry is only housekeeping: every lookup re-decides with the
 //! limiter's clock, so a stale entry can never reject wrongly.
 
-use std::hash::{Hash, Hasher};
+use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -35,16 +35,62 @@ pub struct NearKey {
 
 impl NearKey {
     pub fn new(digest: KeyDigest, policy: &Policy) -> NearKey {
-        // A collision of this in-process hash is caught on lookup, where the
-        // entry's windows are compared with the policy's.
-        let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        for limit in policy.limits() {
-            limit.window().hash(&mut hasher);
-        }
         NearKey {
             digest,
-            windows: hasher.finish(),
+            windows: policy.windows_id(),
         }
+    }
+}
+
+/// The near-cache's hasher. A [`NearKey`] is a BLAKE3 digest already, so
+/// SipHash over it again is wasted work on every check; a fold of its words
+/// through a mixer is enough. The fold starts from a per-process random seed:
+/// anyone can compute digests, and without the seed they cannot choose keys
+/// that pile into one bucket of the table.
+#[derive(Clone)]
+struct SeededFold {
+    seed: u64,
+}
+
+impl SeededFold {
+    fn new() -> SeededFold {
+        SeededFold {
+            seed: std::collections::hash_map::RandomState::new().hash_one(0x5eed_u64),
+        }
+    }
+}
+
+impl BuildHasher for SeededFold {
+    type Hasher = FoldHasher;
+
+    fn build_hasher(&self) -> FoldHasher {
+        FoldHasher { state: self.seed }
+    }
+}
+
+struct FoldHasher {
+    state: u64,
+}
+
+impl Hasher for FoldHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_u64(&mut self, word: u64) {
+        // SplitMix64's finalizer: every input bit moves every output bit.
+        let mut z = (self.state ^ word).wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        self.state = z ^ (z >> 31);
+    }
+
+    fn finish(&self) -> u64 {
+        self.state
     }
 }
 
@@ -80,7 +126,7 @@ impl Expiry<NearKey, Arc<Entry>> for UntilUseless {
 }
 
 pub struct NearCache {
-    cache: Option<Cache<NearKey, Arc<Entry>>>,
+    cache: Option<Cache<NearKey, Arc<Entry>, SeededFold>>,
 }
 
 impl NearCache {
@@ -90,7 +136,7 @@ impl NearCache {
             Cache::builder()
                 .max_capacity(capacity)
                 .expire_after(UntilUseless)
-                .build()
+                .build_with_hasher(SeededFold::new())
         });
         NearCache { cache }
     }
@@ -130,7 +176,7 @@ impl NearCache {
 
     /// How many keys are remembered (approximately: moka counts lazily).
     pub fn len(&self) -> u64 {
-        self.cache.as_ref().map_or(0, Cache::entry_count)
+        self.cache.as_ref().map_or(0, |cache| cache.entry_count())
     }
 
     pub fn is_empty(&self) -> bool {

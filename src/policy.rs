@@ -3,6 +3,7 @@
 //! meets a zero window, a precision that does not divide it, or a limit of 0.
 
 use std::fmt;
+use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
 /// The largest `limit` and `cost`. Far above any real quota, and low enough
@@ -136,6 +137,9 @@ impl LimitError {
 pub struct Policy {
     scope: String,
     limits: Vec<Limit>,
+    /// A hash of the limits' windows, computed once: it tells the
+    /// near-cache's entries of one key under different policies apart.
+    windows_id: u64,
 }
 
 impl Policy {
@@ -174,7 +178,15 @@ impl Policy {
                 return Err(PolicyError::Duplicate { first, second });
             }
         }
-        Ok(Policy { scope, limits })
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        for limit in &limits {
+            limit.window.hash(&mut hasher);
+        }
+        Ok(Policy {
+            scope,
+            windows_id: hasher.finish(),
+            limits,
+        })
     }
 
     pub fn scope(&self) -> &str {
@@ -183,6 +195,13 @@ impl Policy {
 
     pub fn limits(&self) -> &[Limit] {
         &self.limits
+    }
+
+    /// A hash of the windows of the limits, the same in one process for
+    /// policies with the same windows. Collisions are possible: a user of
+    /// it compares the windows too.
+    pub fn windows_id(&self) -> u64 {
+        self.windows_id
     }
 
     /// The largest cost any limit of this policy could ever admit.

@@ -8,36 +8,61 @@ use std::fmt::Write as _;
 use http_body_util::Full;
 use hyper::body::Bytes;
 use hyper::header::{CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER};
-use hyper::{Response, StatusCode};
+use hyper::{HeaderMap, Response, StatusCode};
 use serde::{Deserialize, Serialize};
 
 use crate::limiter::Decision;
+use crate::window::LimitState;
 use crate::policy::{DisplayMs, LimitSpec, MAX_LIMITS, Policy};
 
 pub(crate) type Body = Full<Bytes>;
 
+/// A string of a request body: borrowed from the body unless it has
+/// escapes, so the common key costs no allocation.
+#[derive(Deserialize)]
+struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
+
 /// A request body of check, peek and report, as sent.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, expecting = "a JSON object")]
-struct CallBody {
-    key: Option<String>,
-    policy: Option<String>,
+struct CallBody<'a> {
+    #[serde(borrow)]
+    key: Option<Text<'a>>,
+    #[serde(borrow)]
+    policy: Option<Text<'a>>,
     cost: Option<u64>,
     limits: Option<Vec<LimitSpec>>,
+}
+
+/// A policy with what its answers repeat: named policies compute this once,
+/// at start; inline limits, per request.
+#[derive(Clone)]
+pub(crate) struct Served {
+    pub policy: Policy,
+    pub headers: PolicyHeaders,
+}
+
+impl Served {
+    pub fn new(policy: Policy) -> Served {
+        Served {
+            headers: PolicyHeaders::of(&policy),
+            policy,
+        }
+    }
 }
 
 /// A call: whose key, which limits, what cost. The key and cost are checked
 /// by the limiter, which every caller goes through.
 pub(crate) struct Call<'a> {
-    pub key: String,
-    pub policy: Cow<'a, Policy>,
+    pub key: Cow<'a, str>,
+    pub served: Cow<'a, Served>,
     pub cost: u64,
 }
 
 /// Parse and validate a body; the error is the 400 message, naming the field.
 pub(crate) fn parse_call<'a>(
-    body: &[u8],
-    policies: &'a HashMap<String, Policy>,
+    body: &'a [u8],
+    policies: &'a HashMap<String, Served>,
 ) -> Result<Call<'a>, String> {
     // serde would also read a struct from an array, by position: refuse
     // anything but an object before it gets the chance.
@@ -46,39 +71,47 @@ pub(crate) fn parse_call<'a>(
         Some(b'{') => {}
         Some(_) => return Err("body: must be a JSON object".to_owned()),
     }
-    let mut deserializer = serde_json::Deserializer::from_slice(body);
-    let call: CallBody = serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
-        let path = error.path().to_string();
-        let inner = error.into_inner();
-        if inner.is_syntax() || inner.is_eof() {
-            format!("body: malformed JSON: {inner}")
-        } else if path == "." {
-            format!("body: {inner}")
-        } else {
-            format!("{path}: {inner}")
-        }
-    })?;
-    // Without this, anything after the object would be silently ignored.
-    deserializer
-        .end()
-        .map_err(|error| format!("body: malformed JSON: {error}"))?;
-    let key = call.key.ok_or_else(|| "key: is required".to_owned())?;
+    // The plain parse is the fast path; tracking the path of the field at
+    // fault costs on every call, so it runs only to explain a failure.
+    // (`from_slice` also refuses anything after the object.)
+    let call: CallBody = serde_json::from_slice(body).map_err(|error| explain(body, error))?;
+    let key = call.key.ok_or_else(|| "key: is required".to_owned())?.0;
     let cost = call.cost.unwrap_or(1);
-    let policy = match (call.policy, call.limits) {
+    let served = match (call.policy, call.limits) {
         (Some(_), Some(_)) => {
             return Err("policy: give a policy or inline limits, not both".to_owned());
         }
         (None, None) => return Err("policy: is required (or inline limits)".to_owned()),
-        (Some(name), None) => Cow::Borrowed(named_policy(&name, policies)?),
-        (None, Some(specs)) => Cow::Owned(inline_policy(&specs)?),
+        (Some(name), None) => Cow::Borrowed(named_policy(&name.0, policies)?),
+        (None, Some(specs)) => Cow::Owned(Served::new(inline_policy(&specs)?)),
     };
-    Ok(Call { key, policy, cost })
+    Ok(Call { key, served, cost })
+}
+
+/// The 400 message for a body the plain parse refused, naming the field.
+fn explain(body: &[u8], plain: serde_json::Error) -> String {
+    let mut deserializer = serde_json::Deserializer::from_slice(body);
+    let traced: Result<CallBody, _> = serde_path_to_error::deserialize(&mut deserializer);
+    let error = match traced {
+        Err(error) => error,
+        // Only trailing bytes can fail the plain parse and not this one.
+        Ok(_) => return format!("body: malformed JSON: {plain}"),
+    };
+    let path = error.path().to_string();
+    let inner = error.into_inner();
+    if inner.is_syntax() || inner.is_eof() {
+        format!("body: malformed JSON: {inner}")
+    } else if path == "." {
+        format!("body: {inner}")
+    } else {
+        format!("{path}: {inner}")
+    }
 }
 
 pub(crate) fn named_policy<'a>(
     name: &str,
-    policies: &'a HashMap<String, Policy>,
-) -> Result<&'a Policy, String> {
+    policies: &'a HashMap<String, Served>,
+) -> Result<&'a Served, String> {
     policies.get(name).ok_or_else(|| {
         let mut known: Vec<&str> = policies.keys().map(String::as_str).collect();
         known.sort_unstable();
@@ -111,12 +144,27 @@ fn inline_policy(specs: &[LimitSpec]) -> Result<Policy, String> {
 }
 
 #[derive(Serialize)]
-struct DecisionBody {
+struct DecisionBody<'a> {
     allowed: bool,
     remaining: u64,
     retry_after_ms: Option<u64>,
-    limits: Vec<LimitBody>,
+    limits: LimitBodies<'a>,
     source: &'static str,
+}
+
+/// The limits of a decision, serialized as they are, not copied first.
+struct LimitBodies<'a>(&'a [LimitState]);
+
+impl Serialize for LimitBodies<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.iter().map(|state| LimitBody {
+            limit: state.limit.limit(),
+            window_ms: state.limit.window().window_ms(),
+            precision: state.limit.window().precision(),
+            estimate: state.estimate.as_f64(),
+            remaining: state.remaining,
+        }))
+    }
 }
 
 #[derive(Serialize)]
@@ -133,21 +181,43 @@ pub(crate) fn decision_json(decision: &Decision) -> Bytes {
         allowed: decision.allowed,
         remaining: decision.remaining(),
         retry_after_ms: decision.retry_after_ms,
-        limits: decision
-            .limits
-            .iter()
-            .map(|state| LimitBody {
-                limit: state.limit.limit(),
-                window_ms: state.limit.window().window_ms(),
-                precision: state.limit.window().precision(),
-                estimate: state.estimate.as_f64(),
-                remaining: state.remaining,
-            })
-            .collect(),
+        limits: LimitBodies(&decision.limits),
         source: decision.source.as_str(),
     };
-    // Serializing plain numbers and strings cannot fail.
-    Bytes::from(serde_json::to_vec(&body).unwrap_or_default())
+    // One limit's answer takes about 180 bytes: one allocation, no regrowth.
+    let mut buffer = Vec::with_capacity(128 + 96 * decision.limits.len());
+    // Serializing plain numbers and strings into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut buffer, &body);
+    Bytes::from(buffer)
+}
+
+/// What the rate-limit headers of a policy repeat on every answer: each
+/// limit's name, and the whole `RateLimit-Policy` value.
+#[derive(Clone)]
+pub(crate) struct PolicyHeaders {
+    names: Vec<String>,
+    quota: HeaderValue,
+}
+
+impl PolicyHeaders {
+    pub fn of(policy: &Policy) -> PolicyHeaders {
+        let names: Vec<String> = (0..policy.limits().len())
+            .map(|index| limit_name(policy, index))
+            .collect();
+        let mut quota = String::new();
+        for (name, limit) in names.iter().zip(policy.limits()) {
+            let window_secs = seconds_rounded_up(limit.window().window_ms()).max(1);
+            if !quota.is_empty() {
+                quota.push_str(", ");
+            }
+            let _ = write!(quota, "\"{name}\";q={};w={window_secs}", limit.limit());
+        }
+        PolicyHeaders {
+            names,
+            // Built from numbers and plain names only.
+            quota: HeaderValue::from_str(&quota).unwrap_or(HeaderValue::from_static("")),
+        }
+    }
 }
 
 /// The name of a policy's limit in the rate-limit headers: the policy's
@@ -173,58 +243,52 @@ fn seconds_rounded_up(ms: u64) -> u64 {
 /// `Retry-After` when the request was refused and can pass later.
 pub(crate) fn rate_limit_headers(
     decision: &Decision,
-    policy: &Policy,
-) -> Vec<(HeaderName, String)> {
-    let mut quota = Vec::new();
-    let mut state = Vec::new();
-    for (index, limit) in decision.limits.iter().enumerate() {
-        let name = limit_name(policy, index);
-        let window_secs = seconds_rounded_up(limit.limit.window().window_ms()).max(1);
-        quota.push(format!(
-            "\"{name}\";q={};w={window_secs}",
-            limit.limit.limit()
-        ));
-        state.push(format!(
+    policy: &PolicyHeaders,
+    headers: &mut HeaderMap,
+) {
+    let mut state = String::with_capacity(32 * decision.limits.len());
+    for (name, limit) in policy.names.iter().zip(&decision.limits) {
+        if !state.is_empty() {
+            state.push_str(", ");
+        }
+        let _ = write!(
+            state,
             "\"{name}\";r={};t={}",
             limit.remaining,
             seconds_rounded_up(limit.next_unit_ms)
-        ));
+        );
     }
-    let mut headers = vec![
-        (
-            HeaderName::from_static("ratelimit-policy"),
-            quota.join(", "),
-        ),
-        (HeaderName::from_static("ratelimit"), state.join(", ")),
-    ];
+    headers.insert(RATELIMIT_POLICY, policy.quota.clone());
+    // Every value here is built from numbers and plain names.
+    if let Ok(value) = HeaderValue::from_str(&state) {
+        headers.insert(RATELIMIT, value);
+    }
     if !decision.allowed
         && let Some(wait) = decision.retry_after_ms
     {
-        headers.push((RETRY_AFTER, seconds_rounded_up(wait).to_string()));
+        headers.insert(RETRY_AFTER, HeaderValue::from(seconds_rounded_up(wait)));
     }
-    headers
 }
 
+const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+
+/// A JSON answer; `headers` adds what else it carries.
 pub(crate) fn respond(
     status: StatusCode,
-    headers: Vec<(HeaderName, String)>,
     body: Bytes,
+    headers: impl FnOnce(&mut HeaderMap),
 ) -> Response<Body> {
     let mut response = Response::new(Full::new(body));
     *response.status_mut() = status;
     let map = response.headers_mut();
     map.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    for (name, value) in headers {
-        // Every value here is built from numbers and plain names.
-        if let Ok(value) = HeaderValue::from_str(&value) {
-            map.append(name, value);
-        }
-    }
+    headers(map);
     response
 }
 
 pub(crate) fn json(status: StatusCode, value: serde_json::Value) -> Response<Body> {
-    respond(status, Vec::new(), Bytes::from(value.to_string()))
+    respond(status, Bytes::from(value.to_string()), |_| {})
 }
 
 pub(crate) fn error(status: StatusCode, message: impl Into<String>) -> Response<Body> {
@@ -236,9 +300,9 @@ mod tests {
     use super::*;
     use crate::policy::Limit;
 
-    fn policies() -> HashMap<String, Policy> {
+    fn policies() -> HashMap<String, Served> {
         let api = Policy::new("api", vec![Limit::new(10, 1_000, 1).unwrap()]).unwrap();
-        HashMap::from([("api".to_owned(), api)])
+        HashMap::from([("api".to_owned(), Served::new(api))])
     }
 
     fn error_of(body: &str) -> String {
@@ -257,7 +321,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            (call.key.as_str(), call.policy.scope(), call.cost),
+            (call.key.as_ref(), call.served.policy.scope(), call.cost),
             ("client-42", "api", 2)
         );
         let call = parse_call(
@@ -266,7 +330,11 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            (call.policy.scope(), call.policy.limits().len(), call.cost),
+            (
+                call.served.policy.scope(),
+                call.served.policy.limits().len(),
+                call.cost
+            ),
             ("inline", 2, 1)
         );
     }

@@ -34,7 +34,7 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// settings.
 pub struct App {
     limiter: Limiter<AnyStore>,
-    policies: HashMap<String, Policy>,
+    policies: HashMap<String, api::Served>,
     auth: AuthConfig,
 }
 
@@ -48,7 +48,7 @@ impl App {
             limiter,
             policies: policies
                 .into_iter()
-                .map(|policy| (policy.scope().to_owned(), policy))
+                .map(|policy| (policy.scope().to_owned(), api::Served::new(policy)))
                 .collect(),
             auth,
         }

@@ -2,6 +2,7 @@
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
+use std::task::Poll;
 
 use http_body_util::{BodyExt, Limited};
 use hyper::body::{Bytes, Incoming};
@@ -11,8 +12,7 @@ use hyper::{HeaderMap, Method, Request, Response, StatusCode};
 use super::api::{self, Body, Call};
 use super::{App, MAX_BODY_BYTES, READ_TIMEOUT};
 use crate::config::check_deny_status;
-use crate::limiter::{CheckError, Decision, Source};
-use crate::policy::Policy;
+use crate::limiter::{CheckError, Source};
 
 #[derive(Clone, Copy)]
 enum Operation {
@@ -58,15 +58,15 @@ async fn decide(app: &App, request: Request<Incoming>, operation: Operation) -> 
         Ok(body) => body,
         Err(response) => return response,
     };
-    let Call { key, policy, cost } = match api::parse_call(&body, &app.policies) {
+    let Call { key, served, cost } = match api::parse_call(&body, &app.policies) {
         Ok(call) => call,
         Err(message) => return api::error(StatusCode::BAD_REQUEST, message),
     };
-    let limiter = &app.limiter;
+    let (limiter, policy) = (&app.limiter, &served.policy);
     let outcome = match operation {
-        Operation::Check => limiter.check(&key, &policy, cost).await,
-        Operation::Peek => limiter.peek(&key, &policy, cost).await,
-        Operation::Report => limiter.report(&key, &policy, cost).await,
+        Operation::Check => limiter.check(&key, policy, cost).await,
+        Operation::Peek => limiter.peek(&key, policy, cost).await,
+        Operation::Report => limiter.report(&key, policy, cost).await,
     };
     let decision = match outcome {
         Ok(decision) => decision,
@@ -77,15 +77,9 @@ async fn decide(app: &App, request: Request<Incoming>, operation: Operation) -> 
         Operation::Check | Operation::Peek if decision.allowed => StatusCode::OK,
         Operation::Check | Operation::Peek => StatusCode::TOO_MANY_REQUESTS,
     };
-    decision_response(status, &decision, &policy)
-}
-
-fn decision_response(status: StatusCode, decision: &Decision, policy: &Policy) -> Response<Body> {
-    api::respond(
-        status,
-        api::rate_limit_headers(decision, policy),
-        api::decision_json(decision),
-    )
+    api::respond(status, api::decision_json(&decision), |headers| {
+        api::rate_limit_headers(&decision, &served.headers, headers)
+    })
 }
 
 fn check_error(error: CheckError) -> Response<Body> {
@@ -123,7 +117,14 @@ async fn read_body(request: Request<Incoming>) -> Result<Bytes, Response<Body>> 
         return Err(too_large());
     }
     let reading = Limited::new(request.into_body(), MAX_BODY_BYTES).collect();
-    match tokio::time::timeout(READ_TIMEOUT, reading).await {
+    let mut reading = std::pin::pin!(reading);
+    // A small body has nearly always arrived with its headers: take it
+    // without arming a timer, which would cost every request.
+    let read = match std::future::poll_fn(|cx| Poll::Ready(reading.as_mut().poll(cx))).await {
+        Poll::Ready(read) => Ok(read),
+        Poll::Pending => tokio::time::timeout(READ_TIMEOUT, reading).await,
+    };
+    match read {
         Ok(Ok(collected)) => Ok(collected.to_bytes()),
         Ok(Err(error)) if error.is::<http_body_util::LengthLimitError>() => Err(too_large()),
         Ok(Err(error)) => Err(api::error(
@@ -176,26 +177,28 @@ async fn forward_auth(app: &App, request: &Request<Incoming>, peer: SocketAddr) 
     let Some(policy_name) = policy_name else {
         return api::error(StatusCode::BAD_REQUEST, "policy: is required");
     };
-    let policy = match api::named_policy(&policy_name, &app.policies) {
-        Ok(policy) => policy,
+    let served = match api::named_policy(&policy_name, &app.policies) {
+        Ok(served) => served,
         Err(message) => return api::error(StatusCode::BAD_REQUEST, message),
     };
     let key = match auth_key(request.headers(), peer, &app.auth.trusted_proxies) {
         Ok(key) => key,
         Err(message) => return api::error(StatusCode::BAD_REQUEST, message),
     };
-    let decision = match app.limiter.check(&key, policy, cost).await {
+    let decision = match app.limiter.check(&key, &served.policy, cost).await {
         Ok(decision) => decision,
         Err(error) => return check_error(error),
     };
-    let headers = api::rate_limit_headers(&decision, policy);
-    if decision.allowed {
-        api::respond(StatusCode::OK, headers, Bytes::new())
+    let (status, body) = if decision.allowed {
+        (StatusCode::OK, Bytes::new())
     } else {
         // deny_status was checked to be 4xx or 5xx.
         let status = StatusCode::from_u16(deny_status).unwrap_or(StatusCode::TOO_MANY_REQUESTS);
-        api::respond(status, headers, api::decision_json(&decision))
-    }
+        (status, api::decision_json(&decision))
+    };
+    api::respond(status, body, |headers| {
+        api::rate_limit_headers(&decision, &served.headers, headers)
+    })
 }
 
 /// Whose request it is: the `X-RateLimit-Key` the proxy set, else the first
