@@ -12,8 +12,8 @@ use hyper::{HeaderMap, Response, StatusCode};
 use serde::{Deserialize, Serialize};
 
 use crate::limiter::Decision;
-use crate::window::LimitState;
 use crate::policy::{DisplayMs, LimitSpec, MAX_LIMITS, Policy};
+use crate::window::LimitState;
 
 pub(crate) type Body = Full<Bytes>;
 

@@ -1,0 +1,147 @@
+//! What every phase records: calls, time, a latency histogram, memcached's
+//! command counters, and the peak RSS of the process that did the work.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+
+/// One row of the table.
+pub struct Row {
+    pub name: String,
+    pub concurrency: String,
+    pub calls: u64,
+    pub elapsed: Duration,
+    /// Microseconds.
+    pub p50: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub commands_per_call: Option<f64>,
+    pub peak_rss_kib: Option<u64>,
+    /// Calls whose answer was not the one expected (an error, say).
+    pub unexpected: u64,
+}
+
+impl Row {
+    pub fn rate(&self) -> f64 {
+        self.calls as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    pub fn from_histogram(
+        name: impl Into<String>,
+        concurrency: impl Into<String>,
+        histogram: &Histogram<u64>,
+        elapsed: Duration,
+    ) -> Row {
+        // Recorded in nanoseconds.
+        let at = |q: f64| histogram.value_at_quantile(q) as f64 / 1000.0;
+        Row {
+            name: name.into(),
+            concurrency: concurrency.into(),
+            calls: histogram.len(),
+            elapsed,
+            p50: at(0.50),
+            p99: at(0.99),
+            p999: at(0.999),
+            commands_per_call: None,
+            peak_rss_kib: None,
+            unexpected: 0,
+        }
+    }
+}
+
+pub fn histogram() -> Histogram<u64> {
+    // 1 ns to 100 s, 3 significant digits.
+    Histogram::new_with_bounds(1, 100_000_000_000, 3).expect("valid histogram bounds")
+}
+
+/// memcached's `stats`.
+pub fn memcached_stats(addr: &str) -> HashMap<String, u64> {
+    let Ok(mut stream) = TcpStream::connect(addr) else {
+        return HashMap::new();
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+    if stream.write_all(b"stats\r\n").is_err() {
+        return HashMap::new();
+    }
+    let mut stats = HashMap::new();
+    for line in BufReader::new(stream).lines() {
+        let Ok(line) = line else { break };
+        if line == "END" {
+            break;
+        }
+        let mut fields = line.split(' ').skip(1);
+        if let (Some(name), Some(value)) = (fields.next(), fields.next())
+            && let Ok(value) = value.parse()
+        {
+            stats.insert(name.to_owned(), value);
+        }
+    }
+    stats
+}
+
+/// Commands that touched items: reads, arithmetic (the meta `ma` counts as
+/// incr/decr), sets and touches.
+pub fn item_commands(stats: &HashMap<String, u64>) -> u64 {
+    [
+        "cmd_get",
+        "cmd_set",
+        "cmd_touch",
+        "incr_hits",
+        "incr_misses",
+        "decr_hits",
+        "decr_misses",
+    ]
+    .iter()
+    .map(|name| stats.get(*name).copied().unwrap_or(0))
+    .sum()
+}
+
+/// Reset the peak RSS of `pid` (the kernel's VmHWM), so the next reading
+/// is the peak of one phase.
+pub fn reset_peak_rss(pid: u32) {
+    let _ = std::fs::write(format!("/proc/{pid}/clear_refs"), "5");
+}
+
+/// The peak RSS of `pid` since its last reset, in KiB.
+pub fn peak_rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// The table, as Markdown.
+pub fn table(rows: &[(Row, Option<(&str, f64)>)]) -> String {
+    let mut out = String::from(
+        "| phase | concurrency | checks/s | p50 µs | p99 µs | p99.9 µs | memcached cmds/check | ratio | peak RSS MiB |\n\
+         |---|---|---:|---:|---:|---:|---:|---|---:|\n",
+    );
+    for (row, ratio) in rows {
+        let commands = row
+            .commands_per_call
+            .map_or("-".to_owned(), |c| format!("{c:.2}"));
+        let ratio = ratio.map_or("-".to_owned(), |(to, r)| format!("{r:.2}x {to}"));
+        let rss = row
+            .peak_rss_kib
+            .map_or("-".to_owned(), |kib| format!("{:.1}", kib as f64 / 1024.0));
+        let unexpected = if row.unexpected > 0 {
+            format!(" ({} unexpected)", row.unexpected)
+        } else {
+            String::new()
+        };
+        out.push_str(&format!(
+            "| {}{unexpected} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {commands} | {ratio} | {rss} |\n",
+            row.name,
+            row.concurrency,
+            row.rate(),
+            row.p50,
+            row.p99,
+            row.p999,
+        ));
+    }
+    out
+}
