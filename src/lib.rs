@@ -68,7 +68,7 @@ pub mod store;
 pub mod window;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use limiter::{CheckError, Decision, FailureMode, Limiter, LimiterBuilder, Source};
+pub use limiter::{CheckError, Decision, FailureMode, Item, Limiter, LimiterBuilder, Source};
 pub use policy::{Limit, Policy, Window};
 pub use store::{AnyStore, MemoryStore, Store, StoreError};
 #[cfg(feature = "memcached")]
