@@ -5,12 +5,13 @@
 //! over its limit: counting the others anyway would spend their quota on a
 //! request that never ran.
 //!
-//! The work is a check's, widened: every item's counters go out in one batch
-//! (one per distinct cost, all in flight at once), each item is decided by
-//! the window arithmetic, and if any rejects, the increments of all items are
-//! taken back, the way a single check takes back its own.
+//! The work is a check's, widened: each item's counters go out in its own
+//! batch (a batch is one key's counters, which live on one Memcached node),
+//! all batches in flight at once, so the request costs one round trip of
+//! latency; each item is decided by the window arithmetic, and if any
+//! rejects, the increments of all items are taken back, the way a single
+//! check takes back its own.
 
-use std::collections::BTreeMap;
 use std::pin::Pin;
 use std::task::Poll;
 
@@ -24,7 +25,8 @@ pub struct Item<'a> {
     pub cost: u64,
 }
 
-/// The items that share one cost, and so one batch.
+/// The batch of one item (a group of one: the decision code reads the same
+/// for any grouping, should stores ever take several keys per batch).
 struct Group {
     items: Vec<usize>,
     layouts: Vec<Layout>,
@@ -283,23 +285,18 @@ impl Group {
     }
 }
 
-/// The undecided items, grouped by cost: one batch per distinct cost, since a
-/// batch adds one amount. Envoy sends one cost per request, so one batch.
+/// The undecided items, one batch each.
 fn groups(
     items: &[Item<'_>],
     decided: &[Option<Decision>],
     counting: Counting,
     now_ms: u64,
 ) -> Vec<Group> {
-    let mut by_cost: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
-    for (index, item) in items.iter().enumerate() {
-        if decided[index].is_none() {
-            by_cost.entry(item.cost).or_default().push(index);
-        }
-    }
-    by_cost
-        .into_iter()
-        .map(|(cost, indices)| {
+    (0..items.len())
+        .filter(|&index| decided[index].is_none())
+        .map(|index| {
+            let cost = items[index].cost;
+            let indices = vec![index];
             let layouts: Vec<Layout> = indices
                 .iter()
                 .flat_map(|&index| {
