@@ -144,7 +144,11 @@ async fn ask(
     client: &mut RateLimitServiceClient<Channel>,
     request: RateLimitRequest,
 ) -> RateLimitResponse {
-    client.should_rate_limit(request).await.unwrap().into_inner()
+    client
+        .should_rate_limit(request)
+        .await
+        .unwrap()
+        .into_inner()
 }
 
 /// The codes of one request: overall, then per descriptor.
@@ -155,7 +159,11 @@ async fn codes(
     let response = ask(client, request).await;
     (
         response.overall_code(),
-        response.statuses.iter().map(|status| status.code()).collect(),
+        response
+            .statuses
+            .iter()
+            .map(|status| status.code())
+            .collect(),
     )
 }
 
@@ -173,14 +181,26 @@ async fn key_value_is_tried_before_key_and_each_descriptor_counts_apart() {
     let mut client = rls.client().await;
     for client_id in ["a", "b"] {
         for expected in [Code::Ok, Code::Ok, Code::Ok, Code::OverLimit] {
-            let response = ask(&mut client, request("test", vec![descriptor(&[("client", client_id)])])).await;
+            let response = ask(
+                &mut client,
+                request("test", vec![descriptor(&[("client", client_id)])]),
+            )
+            .await;
             assert_eq!(response.overall_code(), expected, "client {client_id}");
             let status = &response.statuses[0];
             let limit = status.current_limit.as_ref().unwrap();
-            assert_eq!((limit.requests_per_unit, limit.unit), (3, 2), "3 per MINUTE");
+            assert_eq!(
+                (limit.requests_per_unit, limit.unit),
+                (3, 2),
+                "3 per MINUTE"
+            );
         }
     }
-    let vip = ask(&mut client, request("test", vec![descriptor(&[("client", "vip")])])).await;
+    let vip = ask(
+        &mut client,
+        request("test", vec![descriptor(&[("client", "vip")])]),
+    )
+    .await;
     let status = &vip.statuses[0];
     assert_eq!(status.code(), Code::Ok);
     assert_eq!(status.limit_remaining, 9);
@@ -189,7 +209,11 @@ async fn key_value_is_tried_before_key_and_each_descriptor_counts_apart() {
 
     // Whitelisted: a key + value entry without rate_limit.
     for _ in 0..5 {
-        let response = ask(&mut client, request("test", vec![descriptor(&[("client", "trusted")])])).await;
+        let response = ask(
+            &mut client,
+            request("test", vec![descriptor(&[("client", "trusted")])]),
+        )
+        .await;
         assert_eq!(response.overall_code(), Code::Ok);
         assert_eq!(response.statuses[0].current_limit, None);
     }
@@ -199,7 +223,12 @@ async fn key_value_is_tried_before_key_and_each_descriptor_counts_apart() {
 async fn a_limit_applies_at_the_last_entry_only() {
     let rls = TestRls::start(memory(), CONFIG).await;
     let mut client = rls.client().await;
-    let nested = || request("test", vec![descriptor(&[("path", "/a"), ("method", "GET")])]);
+    let nested = || {
+        request(
+            "test",
+            vec![descriptor(&[("path", "/a"), ("method", "GET")])],
+        )
+    };
     assert_eq!(codes(&mut client, nested()).await.0, Code::Ok);
     assert_eq!(codes(&mut client, nested()).await.0, Code::Ok);
     assert_eq!(codes(&mut client, nested()).await.0, Code::OverLimit);
@@ -214,7 +243,11 @@ async fn a_limit_applies_at_the_last_entry_only() {
         assert_eq!(response.statuses[0].current_limit, None, "{entries:?}");
     }
     // An unknown domain is OK with no limit.
-    let response = ask(&mut client, request("elsewhere", vec![descriptor(&[("client", "a")])])).await;
+    let response = ask(
+        &mut client,
+        request("elsewhere", vec![descriptor(&[("client", "a")])]),
+    )
+    .await;
     assert_eq!(response.overall_code(), Code::Ok);
     assert_eq!(response.statuses[0].current_limit, None);
 }
@@ -224,13 +257,25 @@ async fn shadow_unlimited_refused_and_replaced_rules() {
     let rls = TestRls::start(memory(), CONFIG).await;
     let mut client = rls.client().await;
     // Shadow mode: over the limit, still OK, remaining 0.
-    ask(&mut client, request("test", vec![descriptor(&[("shadowed", "x")])])).await;
-    let response = ask(&mut client, request("test", vec![descriptor(&[("shadowed", "x")])])).await;
+    ask(
+        &mut client,
+        request("test", vec![descriptor(&[("shadowed", "x")])]),
+    )
+    .await;
+    let response = ask(
+        &mut client,
+        request("test", vec![descriptor(&[("shadowed", "x")])]),
+    )
+    .await;
     assert_eq!(response.overall_code(), Code::Ok);
     assert_eq!(response.statuses[0].code(), Code::Ok);
     assert_eq!(response.statuses[0].limit_remaining, 0);
 
-    let response = ask(&mut client, request("test", vec![descriptor(&[("free", "x")])])).await;
+    let response = ask(
+        &mut client,
+        request("test", vec![descriptor(&[("free", "x")])]),
+    )
+    .await;
     assert_eq!(response.statuses[0].code(), Code::Ok);
     assert_eq!(response.statuses[0].limit_remaining, u32::MAX);
 
@@ -241,8 +286,14 @@ async fn shadow_unlimited_refused_and_replaced_rules() {
     );
     // `unban` replaces banned_rule: it neither decides nor counts.
     let both = || request("test", vec![banned(), descriptor(&[("unban", "x")])]);
-    assert_eq!(codes(&mut client, both()).await, (Code::Ok, vec![Code::Ok, Code::Ok]));
-    assert_eq!(codes(&mut client, both()).await, (Code::Ok, vec![Code::Ok, Code::Ok]));
+    assert_eq!(
+        codes(&mut client, both()).await,
+        (Code::Ok, vec![Code::Ok, Code::Ok])
+    );
+    assert_eq!(
+        codes(&mut client, both()).await,
+        (Code::Ok, vec![Code::Ok, Code::Ok])
+    );
     assert_eq!(
         codes(&mut client, both()).await,
         (Code::OverLimit, vec![Code::Ok, Code::OverLimit])
@@ -270,7 +321,11 @@ async fn statuses_come_in_request_order_and_any_over_limit_refuses_the_request()
     let response = ask(&mut client, mixed()).await;
     assert_eq!(response.overall_code(), Code::OverLimit);
     assert_eq!(
-        response.statuses.iter().map(|s| s.code()).collect::<Vec<_>>(),
+        response
+            .statuses
+            .iter()
+            .map(|s| s.code())
+            .collect::<Vec<_>>(),
         [Code::Ok, Code::OverLimit, Code::Ok]
     );
     assert_eq!(response.statuses[1].limit_remaining, 0);
@@ -292,13 +347,30 @@ async fn a_refused_request_is_counted_by_no_descriptor() {
     for (name, store) in [("memory", memory()), ("memcached", memcached().await)] {
         let rls = TestRls::start(store, CONFIG).await;
         let mut client = rls.client().await;
-        let both = || request("test", vec![descriptor(&[("five", "k")]), descriptor(&[("one", "k")])]);
+        let both = || {
+            request(
+                "test",
+                vec![descriptor(&[("five", "k")]), descriptor(&[("one", "k")])],
+            )
+        };
         assert_eq!(codes(&mut client, both()).await.0, Code::Ok);
         for _ in 0..3 {
             let response = ask(&mut client, both()).await;
-            assert_eq!(response.overall_code(), Code::OverLimit, "{name}: {response:?} {:?}", rls.app.limiter().metrics());
-            assert_eq!(response.statuses[0].code(), Code::Ok, "five alone would pass");
-            assert_eq!(response.statuses[0].limit_remaining, 4, "and was not counted");
+            assert_eq!(
+                response.overall_code(),
+                Code::OverLimit,
+                "{name}: {response:?} {:?}",
+                rls.app.limiter().metrics()
+            );
+            assert_eq!(
+                response.statuses[0].code(),
+                Code::Ok,
+                "five alone would pass"
+            );
+            assert_eq!(
+                response.statuses[0].limit_remaining, 4,
+                "and was not counted"
+            );
         }
         // `five` was counted once: four more pass alone.
         let five = || request("test", vec![descriptor(&[("five", "k")])]);
@@ -317,7 +389,11 @@ async fn hits_addend_is_the_cost_and_zero_per_descriptor_only_checks() {
     heavy.hits_addend = 3;
     let response = ask(&mut client, heavy.clone()).await;
     assert_eq!(response.statuses[0].limit_remaining, 2);
-    assert_eq!(codes(&mut client, heavy).await.0, Code::OverLimit, "3 + 3 > 5");
+    assert_eq!(
+        codes(&mut client, heavy).await.0,
+        Code::OverLimit,
+        "3 + 3 > 5"
+    );
 
     // Per descriptor, hits_addend overrides the request's; 0 counts nothing.
     let mut per_descriptor = descriptor(&[("five", "h")]);
@@ -342,20 +418,34 @@ async fn extensions_wildcards_and_overrides() {
     let every = || request("test", vec![descriptor(&[("every", "x")])]);
     let response = ask(&mut client, every()).await;
     assert_eq!(response.statuses[0].limit_remaining, 1);
-    assert_eq!(response.statuses[0].duration_until_reset.unwrap().seconds, 40);
+    assert_eq!(
+        response.statuses[0].duration_until_reset.unwrap().seconds,
+        40
+    );
     assert_eq!(codes(&mut client, every()).await.0, Code::Ok);
     assert_eq!(codes(&mut client, every()).await.0, Code::OverLimit);
     rls.clock.advance(Duration::from_secs(40));
-    assert_eq!(codes(&mut client, every()).await.0, Code::Ok, "the window slid");
+    assert_eq!(
+        codes(&mut client, every()).await.0,
+        Code::Ok,
+        "the window slid"
+    );
 
     // A wildcard value: each matching value has its own counter.
     for value in ["files/a", "files/b"] {
         let one = || request("test", vec![descriptor(&[("prefix", value)])]);
         assert_eq!(codes(&mut client, one()).await.0, Code::Ok, "{value}");
-        assert_eq!(codes(&mut client, one()).await.0, Code::OverLimit, "{value}");
+        assert_eq!(
+            codes(&mut client, one()).await.0,
+            Code::OverLimit,
+            "{value}"
+        );
     }
     let other = request("test", vec![descriptor(&[("prefix", "other")])]);
-    assert_eq!(ask(&mut client, other).await.statuses[0].current_limit, None);
+    assert_eq!(
+        ask(&mut client, other).await.statuses[0].current_limit,
+        None
+    );
 
     // A limit override sent by Envoy replaces the configured limit.
     let mut overridden = descriptor(&[("client", "o")]);
@@ -367,7 +457,12 @@ async fn extensions_wildcards_and_overrides() {
     );
     let response = ask(&mut client, request("test", vec![overridden.clone()])).await;
     assert_eq!(response.statuses[0].current_limit.as_ref().unwrap().unit, 4);
-    assert_eq!(codes(&mut client, request("test", vec![overridden])).await.0, Code::OverLimit);
+    assert_eq!(
+        codes(&mut client, request("test", vec![overridden]))
+            .await
+            .0,
+        Code::OverLimit
+    );
 }
 
 #[tokio::test]
@@ -386,18 +481,37 @@ async fn bad_requests_are_invalid_argument_naming_the_field() {
     let cases = [
         (request("", vec![descriptor(&[("a", "b")])]), "domain"),
         (request("test", vec![]), "descriptors"),
-        (request("test", vec![descriptor(&[])]), "descriptors[0].entries"),
-        (request("test", vec![descriptor(&[("a", "b"), ("", "c")])]), "descriptors[0].entries[1].key"),
-        (request("test", vec![descriptor(&[("a", "b")]), too_many]), "descriptors[1].hits_addend"),
+        (
+            request("test", vec![descriptor(&[])]),
+            "descriptors[0].entries",
+        ),
+        (
+            request("test", vec![descriptor(&[("a", "b"), ("", "c")])]),
+            "descriptors[0].entries[1].key",
+        ),
+        (
+            request("test", vec![descriptor(&[("a", "b")]), too_many]),
+            "descriptors[1].hits_addend",
+        ),
         (request("test", vec![bad_unit]), "descriptors[0].limit.unit"),
     ];
     for (request, field) in cases {
         let status = client.should_rate_limit(request).await.unwrap_err();
         assert_eq!(status.code(), tonic::Code::InvalidArgument, "{field}");
-        assert!(status.message().starts_with(&format!("{field}: ")), "{field}: {}", status.message());
+        assert!(
+            status.message().starts_with(&format!("{field}: ")),
+            "{field}: {}",
+            status.message()
+        );
     }
     // Any bytes in keys and values are fine: they never reach the store.
-    let odd = request("test", vec![descriptor(&[("client", "a b\n\u{0}\u{1F600}"), ("x", &"v".repeat(10_000))])]);
+    let odd = request(
+        "test",
+        vec![descriptor(&[
+            ("client", "a b\n\u{0}\u{1F600}"),
+            ("x", &"v".repeat(10_000)),
+        ])],
+    );
     assert_eq!(codes(&mut client, odd).await.0, Code::Ok);
 }
 
@@ -416,7 +530,10 @@ async fn concurrent_calls_admit_exactly_the_limit() {
         let mut client = clients[index % 4].clone();
         calls.spawn(async move {
             let request = request("test", vec![descriptor(&[("five", "hot")])]);
-            client.should_rate_limit(request).await.map(|r| r.into_inner().overall_code())
+            client
+                .should_rate_limit(request)
+                .await
+                .map(|r| r.into_inner().overall_code())
         });
     }
     let mut ok = 0;
@@ -429,11 +546,18 @@ async fn concurrent_calls_admit_exactly_the_limit() {
 
     let before = rls.app.limiter().metrics();
     for _ in 0..10 {
-        let response = ask(&mut clients[0], request("test", vec![descriptor(&[("five", "hot")])])).await;
+        let response = ask(
+            &mut clients[0],
+            request("test", vec![descriptor(&[("five", "hot")])]),
+        )
+        .await;
         assert_eq!(response.overall_code(), Code::OverLimit);
     }
     let after = rls.app.limiter().metrics();
-    assert_eq!(after.store_calls, before.store_calls, "hot rejects cost no round trip");
+    assert_eq!(
+        after.store_calls, before.store_calls,
+        "hot rejects cost no round trip"
+    );
     assert_eq!(after.near_cache_hits() - before.near_cache_hits(), 10);
 }
 
@@ -442,8 +566,16 @@ async fn metrics_count_per_domain_and_rule() {
     let rls = TestRls::start(memory(), CONFIG).await;
     let mut client = rls.client().await;
     for value in ["a", "b", "c"] {
-        ask(&mut client, request("test", vec![descriptor(&[("one", value)])])).await;
-        ask(&mut client, request("test", vec![descriptor(&[("one", value)])])).await;
+        ask(
+            &mut client,
+            request("test", vec![descriptor(&[("one", value)])]),
+        )
+        .await;
+        ask(
+            &mut client,
+            request("test", vec![descriptor(&[("one", value)])]),
+        )
+        .await;
     }
     let http = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = http.local_addr().unwrap();
@@ -458,8 +590,8 @@ async fn metrics_count_per_domain_and_rule() {
     ] {
         assert!(page.contains(line), "{line} not in\n{page}");
     }
-    assert!(!page.contains("\"a\""), "request values never become labels");
+    assert!(
+        !page.contains("\"a\""),
+        "request values never become labels"
+    );
 }
-
-
-

@@ -124,7 +124,8 @@ fn grpcio_replays_envoyproxy_ratelimit_integration_scripts() {
         eprintln!("SKIPPED grpcio_replays_envoyproxy_ratelimit_integration_scripts: {reason}");
         return;
     }
-    let stubs: PathBuf = std::env::temp_dir().join(format!("slidegate-rls-stubs-{}", std::process::id()));
+    let stubs: PathBuf =
+        std::env::temp_dir().join(format!("slidegate-rls-stubs-{}", std::process::id()));
     std::fs::create_dir_all(&stubs).unwrap();
     generate_stubs(&stubs);
 
@@ -152,6 +153,9 @@ fn grpcio_replays_envoyproxy_ratelimit_integration_scripts() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     eprintln!("{stdout}{stderr}");
-    assert!(output.status.success(), "replay.py failed:\n{stdout}{stderr}");
+    assert!(
+        output.status.success(),
+        "replay.py failed:\n{stdout}{stderr}"
+    );
     assert!(stdout.contains("passed, 0 failed"), "{stdout}");
 }

@@ -183,8 +183,8 @@ impl<S: Store> Limiter<S> {
                     .collect()
             })
             .collect();
-        let admitted = counting != Counting::Never
-            && verdicts.iter().flatten().all(|verdict| verdict.allowed);
+        let admitted =
+            counting != Counting::Never && verdicts.iter().flatten().all(|verdict| verdict.allowed);
         let mut decisions = Vec::new();
         for ((group, counts), verdicts) in groups.iter().zip(&counts_by_group).zip(verdicts) {
             if admitted {
@@ -210,7 +210,8 @@ impl<S: Store> Limiter<S> {
                     let after = after_rollback
                         .as_ref()
                         .map(|values| values[first_limit..first_limit + limits].to_vec());
-                    let near_key = NearKey::new(KeyDigest::of(item.policy.scope(), item.key), item.policy);
+                    let near_key =
+                        NearKey::new(KeyDigest::of(item.policy.scope(), item.key), item.policy);
                     self.remember(near_key, item.policy, counts, after, item.cost, now_ms);
                 }
                 first_limit += limits;
@@ -228,7 +229,11 @@ impl<S: Store> Limiter<S> {
         Ok(decisions)
     }
 
-    async fn run_batch(&self, batch: &CounterBatch, local: bool) -> Result<BatchCounts, StoreError> {
+    async fn run_batch(
+        &self,
+        batch: &CounterBatch,
+        local: bool,
+    ) -> Result<BatchCounts, StoreError> {
         if local {
             self.local.read_and_add(batch).await
         } else {
@@ -243,7 +248,8 @@ impl<S: Store> Limiter<S> {
                 .await
                 .ok()
         } else {
-            self.roll_back(&batch.adds, batch.amount, batch.now_ms).await
+            self.roll_back(&batch.adds, batch.amount, batch.now_ms)
+                .await
         }
     }
 }
@@ -345,7 +351,11 @@ async fn join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
                 }
             }
         }
-        if pending { Poll::Pending } else { Poll::Ready(()) }
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
     })
     .await;
     outputs.into_iter().flatten().collect()

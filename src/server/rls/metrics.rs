@@ -21,7 +21,9 @@ pub struct RuleMetrics {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
     WithinLimit,
-    OverLimit { near_cache: bool },
+    OverLimit {
+        near_cache: bool,
+    },
     /// Over the limit, answered OK because the rule is in shadow mode.
     Shadow,
 }
@@ -33,7 +35,8 @@ impl RuleMetrics {
             Outcome::WithinLimit => &self.within_limit,
             Outcome::OverLimit { near_cache } => {
                 if near_cache {
-                    self.over_limit_near_cache.fetch_add(hits, Ordering::Relaxed);
+                    self.over_limit_near_cache
+                        .fetch_add(hits, Ordering::Relaxed);
                 }
                 &self.over_limit
             }

@@ -111,7 +111,13 @@ pub async fn serve(
 ) -> Result<(), tonic::transport::Error> {
     let Some(rls) = app.rls.clone() else {
         tracing::warn!("RLS listener without RLS rules: every descriptor is answered OK");
-        return serve_with(listener, app, Arc::new(Rls::new(RuleSet::default())), shutdown).await;
+        return serve_with(
+            listener,
+            app,
+            Arc::new(Rls::new(RuleSet::default())),
+            shutdown,
+        )
+        .await;
     };
     serve_with(listener, app, rls, shutdown).await
 }
@@ -138,5 +144,3 @@ async fn serve_with(
 pub fn local_addr(listener: &TcpListener) -> Option<SocketAddr> {
     listener.local_addr().ok()
 }
-
-

@@ -169,11 +169,7 @@ pub struct Rule {
 impl Rule {
     /// A limit given by the request itself (`RateLimitDescriptor.limit`):
     /// never shadow, replaces nothing.
-    pub fn override_of(
-        domain: &str,
-        requests_per_unit: u32,
-        unit: Unit,
-    ) -> Result<Rule, String> {
+    pub fn override_of(domain: &str, requests_per_unit: u32, unit: Unit) -> Result<Rule, String> {
         let action = action(requests_per_unit, unit, false, None, None)?;
         Ok(Rule {
             domain: domain.to_owned(),
@@ -264,7 +260,10 @@ impl RuleSet {
                 .filter_map(Result::ok)
                 .map(|entry| entry.path())
                 .filter(|file| {
-                    let name = file.file_name().and_then(|name| name.to_str()).unwrap_or("");
+                    let name = file
+                        .file_name()
+                        .and_then(|name| name.to_str())
+                        .unwrap_or("");
                     !name.starts_with('.')
                         && (name.ends_with(".yaml") || name.ends_with(".yml"))
                         && file.is_file()
@@ -292,16 +291,9 @@ impl RuleSet {
 
     /// Add one file's domain; `origin` names the file in errors.
     pub fn add_file(&mut self, origin: &str, text: &str) -> Result<(), String> {
-        let deserializer = serde_yaml_ng::Deserializer::from_str(text);
-        let root: YamlRoot = serde_path_to_error::deserialize(deserializer).map_err(|error| {
-            let path = error.path().to_string();
-            let inner = error.into_inner();
-            if path == "." {
-                format!("{origin}: {inner}")
-            } else {
-                format!("{origin}: {path}: {inner}")
-            }
-        })?;
+        // serde_yaml_ng's messages name the path in the file and the line.
+        let root: YamlRoot =
+            serde_yaml_ng::from_str(text).map_err(|error| format!("{origin}: {error}"))?;
         if root.domain.is_empty() {
             return Err(format!("{origin}: domain: must not be empty"));
         }
@@ -366,7 +358,8 @@ impl RuleSet {
             if let Some(rate_limit) = &descriptor.rate_limit {
                 let rule = self
                     .rule(domain, &path, descriptor, rate_limit)
-                    .map_err(|message| error(".rate_limit.", message))?;
+                    // `message` starts with the field: "unit: ...".
+                    .map_err(|message| format!("{origin}: {field}.rate_limit.{message}"))?;
                 child.rule = Some(self.rules.len());
                 self.rules.push(rule);
             }

@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
 
+use super::Rls;
 use super::metrics::{Outcome, RuleMetrics, ServiceMetrics};
 use super::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use super::pb::envoy::service::ratelimit::v3::rate_limit_response::{
@@ -25,10 +26,9 @@ use super::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 use super::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use super::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use super::rules::{Action, Rule, Unit};
-use super::Rls;
-use crate::server::App;
 use crate::limiter::{CheckError, Decision, Item, Limiter, Source};
 use crate::policy::{MAX_AMOUNT, Policy};
+use crate::server::App;
 use crate::store::AnyStore;
 
 /// The gRPC service over the shared limiter and the loaded rules.
@@ -161,7 +161,9 @@ impl RlsService {
                     })?;
                     let rule = Rule::override_of(&request.domain, limit.requests_per_unit, unit)
                         .map_err(|message| {
-                            Status::invalid_argument(format!("descriptors[{index}].limit: {message}"))
+                            Status::invalid_argument(format!(
+                                "descriptors[{index}].limit: {message}"
+                            ))
                         })?;
                     let metrics = rules.override_metrics(&request.domain);
                     (RuleRef::Override(Box::new(rule), metrics), Vec::new())
@@ -222,7 +224,9 @@ impl RlsService {
         // 1. Read-only descriptors.
         let mut refused = false;
         for index in 0..plans.len() {
-            let Some(limited) = limited(index) else { continue };
+            let Some(limited) = limited(index) else {
+                continue;
+            };
             let answer = match &limited.rule.rule().action {
                 Action::Refuse => Answer::Refused,
                 Action::Limit(policy) if limited.hits == 0 => {
@@ -268,7 +272,9 @@ impl RlsService {
 
         // 3. Shadow and quota-mode descriptors, each on its own.
         for index in 0..plans.len() {
-            let Some(limited) = limited(index) else { continue };
+            let Some(limited) = limited(index) else {
+                continue;
+            };
             let Action::Limit(policy) = &limited.rule.rule().action else {
                 continue;
             };
@@ -284,7 +290,9 @@ impl RlsService {
                     cost: limited.hits,
                 };
                 let mut decisions = limiter.check_all(&[item]).await.map_err(check_error)?;
-                decisions.pop().ok_or_else(|| Status::internal("no decision"))?
+                decisions
+                    .pop()
+                    .ok_or_else(|| Status::internal("no decision"))?
             };
             answers[index] = Some(Answer::Decided(decision));
         }
@@ -369,7 +377,8 @@ fn respond(plans: &[Plan<'_>], answers: Vec<Option<Answer>>) -> RateLimitRespons
             (Plan::Limited(limited), Some(answer)) => {
                 let rule = limited.rule.rule();
                 let allowed = answer.allowed();
-                let near_cache = matches!(&answer, Answer::Decided(d) if d.source == Source::NearCache);
+                let near_cache =
+                    matches!(&answer, Answer::Decided(d) if d.source == Source::NearCache);
                 let outcome = match (allowed, rule.shadow_mode) {
                     (true, _) => Outcome::WithinLimit,
                     (false, true) => Outcome::Shadow,
@@ -401,7 +410,12 @@ fn respond(plans: &[Plan<'_>], answers: Vec<Option<Answer>>) -> RateLimitRespons
         over_limit = true;
     }
     RateLimitResponse {
-        overall_code: if over_limit { Code::OverLimit } else { Code::Ok }.into(),
+        overall_code: if over_limit {
+            Code::OverLimit
+        } else {
+            Code::Ok
+        }
+        .into(),
         statuses,
         ..RateLimitResponse::default()
     }
@@ -421,13 +435,10 @@ fn status(rule: &Rule, answer: &Answer) -> DescriptorStatus {
                 // Sliding windows never reset at once: the counts present
                 // now have all left the window after one window and one
                 // sub-bucket.
-                decision
-                    .limits
-                    .first()
-                    .map_or(window_ms, |state| {
-                        let window = state.limit.window();
-                        window.window_ms() + window.bucket_ms()
-                    })
+                decision.limits.first().map_or(window_ms, |state| {
+                    let window = state.limit.window();
+                    window.window_ms() + window.bucket_ms()
+                })
             } else {
                 // The exact wait until the same request would be admitted.
                 decision.retry_after_ms.unwrap_or(window_ms)
