@@ -467,17 +467,16 @@ impl RuleSet {
             let key_value = format!("{key}_{value}");
             let mut next = node.children.get(&key_value);
             let mut pattern = None;
-            if next.is_none() {
-                if let Some((wildcard, _)) = node
+            if next.is_none()
+                && let Some((wildcard, _)) = node
                     .wildcards
                     .iter()
                     .find(|(_, parts)| wildcard_match(parts, &key_value))
-                {
-                    next = node.children.get(wildcard);
-                    pattern = next
-                        .filter(|child| child.share_threshold)
-                        .and_then(|_| wildcard.strip_prefix(&format!("{key}_")));
-                }
+            {
+                next = node.children.get(wildcard);
+                pattern = next
+                    .filter(|child| child.share_threshold)
+                    .and_then(|_| wildcard.strip_prefix(&format!("{key}_")));
             }
             let next = next.or_else(|| node.children.get(*key));
             shared.push(pattern);

@@ -223,7 +223,7 @@ impl RlsService {
 
         // 1. Read-only descriptors.
         let mut refused = false;
-        for index in 0..plans.len() {
+        for (index, answer_slot) in answers.iter_mut().enumerate() {
             let Some(limited) = limited(index) else {
                 continue;
             };
@@ -235,7 +235,7 @@ impl RlsService {
                 _ => continue,
             };
             refused |= !answer.allowed() && !advisory(limited);
-            answers[index] = Some(answer);
+            *answer_slot = Some(answer);
         }
 
         // 2. The binding descriptors, together.
@@ -271,14 +271,14 @@ impl RlsService {
         }
 
         // 3. Shadow and quota-mode descriptors, each on its own.
-        for index in 0..plans.len() {
+        for (index, answer_slot) in answers.iter_mut().enumerate() {
             let Some(limited) = limited(index) else {
                 continue;
             };
             let Action::Limit(policy) = &limited.rule.rule().action else {
                 continue;
             };
-            if answers[index].is_some() {
+            if answer_slot.is_some() {
                 continue;
             }
             let decision = if refused {
@@ -294,7 +294,7 @@ impl RlsService {
                     .pop()
                     .ok_or_else(|| Status::internal("no decision"))?
             };
-            answers[index] = Some(Answer::Decided(decision));
+            *answer_slot = Some(Answer::Decided(decision));
         }
         Ok(answers)
     }
