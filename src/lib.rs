@@ -27,7 +27,7 @@
 //! | [`near_cache`] | the moka cache of hot rejects |
 //! | [`store`] | the [`Store`] trait, [`MemoryStore`], `MemcachedStore` (feature `memcached`) |
 //! | [`metrics`] | counters the limiter keeps about itself |
-//! | `server` | the HTTP service and its configuration (feature `server`) |
+//! | `server` | the HTTP service and its configuration (feature `server`); `server::rls`, Envoy RLS over gRPC (feature `grpc`) |
 //!
 //! # Example
 //!
