@@ -6,137 +6,12 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
-
 use super::metrics::RuleMetrics;
 use crate::policy::{Limit, MAX_WINDOW_MS, Policy};
 
 /// The scope of every RLS counter. Not a plain name, so no HTTP policy can
 /// share its counters.
 pub const RLS_SCOPE: &str = "rls:";
-
-// The file format: envoyproxy/ratelimit's `YamlRoot`, `YamlDescriptor` and
-// `YamlRateLimit`, with its list of valid keys; anything else is an error,
-// as it is there.
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct YamlRoot {
-    #[serde(default)]
-    domain: String,
-    #[serde(default)]
-    descriptors: Vec<YamlDescriptor>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct YamlDescriptor {
-    #[serde(default)]
-    key: String,
-    #[serde(default)]
-    value: String,
-    rate_limit: Option<YamlRateLimit>,
-    #[serde(default)]
-    descriptors: Vec<YamlDescriptor>,
-    #[serde(default)]
-    shadow_mode: bool,
-    #[serde(default)]
-    quota_mode: bool,
-    /// Per-value metrics in envoyproxy/ratelimit; slidegate's metrics never
-    /// carry request values, so it is accepted and changes nothing.
-    #[serde(default)]
-    #[allow(dead_code)]
-    detailed_metric: bool,
-    #[serde(default)]
-    #[allow(dead_code)]
-    value_to_metric: bool,
-    #[serde(default)]
-    share_threshold: bool,
-    /// Returned as dynamic metadata by envoyproxy/ratelimit; accepted, not
-    /// returned (see the README).
-    #[allow(dead_code)]
-    metadata: Option<serde_yaml_ng::Value>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct YamlRateLimit {
-    #[serde(default)]
-    requests_per_unit: u32,
-    unit: Option<String>,
-    #[serde(default)]
-    unlimited: bool,
-    name: Option<String>,
-    #[serde(default)]
-    replaces: Vec<YamlReplaces>,
-    /// slidegate: sub-buckets per window (default 1).
-    precision: Option<u32>,
-    /// slidegate: the window is this many units (default 1), e.g. 5 minutes.
-    unit_multiplier: Option<u32>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct YamlReplaces {
-    name: String,
-}
-
-/// A unit of `rate_limit`, numbered as in RLS's `RateLimitResponse.RateLimit.Unit`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Unit {
-    Second = 1,
-    Minute = 2,
-    Hour = 3,
-    Day = 4,
-    Month = 5,
-    Year = 6,
-    Week = 7,
-}
-
-impl Unit {
-    fn parse(text: &str) -> Option<Unit> {
-        Some(match text.to_ascii_lowercase().as_str() {
-            "second" => Unit::Second,
-            "minute" => Unit::Minute,
-            "hour" => Unit::Hour,
-            "day" => Unit::Day,
-            "week" => Unit::Week,
-            "month" => Unit::Month,
-            "year" => Unit::Year,
-            _ => return None,
-        })
-    }
-
-    /// From the wire (`RateLimitUnit` of a descriptor's limit override).
-    pub fn from_wire(number: i32) -> Option<Unit> {
-        Some(match number {
-            1 => Unit::Second,
-            2 => Unit::Minute,
-            3 => Unit::Hour,
-            4 => Unit::Day,
-            5 => Unit::Month,
-            6 => Unit::Year,
-            7 => Unit::Week,
-            _ => return None,
-        })
-    }
-
-    /// As envoyproxy/ratelimit's `UnitToDivider`: a month is 30 days, a
-    /// year 365.
-    pub fn ms(self) -> u64 {
-        const SECOND: u64 = 1000;
-        const DAY: u64 = 86_400 * SECOND;
-        match self {
-            Unit::Second => SECOND,
-            Unit::Minute => 60 * SECOND,
-            Unit::Hour => 3600 * SECOND,
-            Unit::Day => DAY,
-            Unit::Week => 7 * DAY,
-            Unit::Month => 30 * DAY,
-            Unit::Year => 365 * DAY,
-        }
-    }
-}
 
 /// What a rule does with the descriptors it matches.
 #[derive(Clone, Debug)]
@@ -517,5 +392,10 @@ fn wildcard_match(parts: &[String], value: &str) -> bool {
     remaining.ends_with(last.as_str())
 }
 
+mod format;
 #[cfg(test)]
 mod tests;
+mod unit;
+
+use format::{YamlDescriptor, YamlRateLimit, YamlRoot};
+pub use unit::Unit;
