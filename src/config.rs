@@ -56,6 +56,12 @@ pub struct Overrides {
     /// Keys kept by the near-cache of hot rejects; 0 turns it off [default: 100000].
     #[arg(long, env = "SLIDEGATE_NEAR_CACHE_CAPACITY", value_name = "KEYS")]
     pub near_cache_capacity: Option<u64>,
+    /// Address to serve Envoy's rate-limit service (RLS v3 gRPC) on; off unless given.
+    #[arg(long, env = "SLIDEGATE_RLS_LISTEN", value_name = "ADDR")]
+    pub rls_listen: Option<String>,
+    /// envoyproxy/ratelimit YAML configuration: a file or a directory of them.
+    #[arg(long, env = "SLIDEGATE_RLS_CONFIG", value_name = "PATH")]
+    pub rls_config: Option<PathBuf>,
 }
 
 /// The configuration file, as written.
@@ -73,6 +79,15 @@ struct FileConfig {
     auth: AuthSection,
     #[serde(default)]
     policies: BTreeMap<String, PolicySection>,
+    #[serde(default)]
+    rls: RlsSection,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RlsSection {
+    listen: Option<String>,
+    config: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -123,6 +138,10 @@ pub struct Config {
     pub failure_mode: FailureMode,
     pub policies: BTreeMap<String, Policy>,
     pub auth: AuthConfig,
+    /// Where to serve Envoy RLS (gRPC); `None`: not served.
+    pub rls_listen: Option<SocketAddr>,
+    /// envoyproxy/ratelimit YAML rules for RLS: a file or a directory.
+    pub rls_config: Option<PathBuf>,
 }
 
 /// Forward-auth settings (`GET /v1/auth`).
@@ -173,6 +192,7 @@ impl Config {
         file: Option<(&Path, &str)>,
         overrides: &Overrides,
     ) -> Result<Config, ConfigError> {
+        let file_dir = file.and_then(|(path, _)| path.parent()).map(Path::to_owned);
         let (origin, file) = match file {
             Some((path, text)) => {
                 let parsed: FileConfig = toml::from_str(text)
@@ -286,6 +306,29 @@ impl Config {
                 check_deny_status(status).map_err(|m| in_file("auth.deny_status", m))?;
         }
 
+        let rls_listen = origin.layered(
+            ("rls-listen", overrides.rls_listen.as_deref()),
+            ("rls.listen", file.rls.listen.as_deref()),
+            parse_listen,
+        )?;
+        // A path in the file is relative to the file, as a reader expects.
+        let rls_config = overrides.rls_config.clone().or_else(|| {
+            file.rls.config.as_ref().map(|path| match &file_dir {
+                Some(dir) if path.is_relative() => dir.join(path),
+                _ => path.clone(),
+            })
+        });
+        if !cfg!(feature = "grpc") && (rls_listen.is_some() || rls_config.is_some()) {
+            return Err(ConfigError(
+                "Envoy RLS is configured, but this build has no `grpc` feature".to_owned(),
+            ));
+        }
+        if rls_config.is_some() && rls_listen.is_none() {
+            return Err(ConfigError(
+                "an RLS configuration is given (--rls-config or rls.config) but no address to serve it on: set --rls-listen (or SLIDEGATE_RLS_LISTEN, or rls.listen)".to_owned(),
+            ));
+        }
+
         Ok(Config {
             listen,
             servers,
@@ -296,6 +339,8 @@ impl Config {
             failure_mode,
             policies,
             auth,
+            rls_listen,
+            rls_config,
         })
     }
 
@@ -584,7 +629,7 @@ limits = [{ limit = 10, window = "1s" },
             .get_arguments()
             .filter(|arg| arg.get_long().is_some())
             .collect();
-        assert_eq!(flags.len(), 7);
+        assert_eq!(flags.len(), 9);
         for arg in flags {
             let long = arg.get_long().unwrap_or_default();
             let twin = format!("SLIDEGATE_{}", long.to_uppercase().replace('-', "_"));

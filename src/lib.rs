@@ -27,7 +27,7 @@
 //! | [`near_cache`] | the moka cache of hot rejects |
 //! | [`store`] | the [`Store`] trait, [`MemoryStore`], `MemcachedStore` (feature `memcached`) |
 //! | [`metrics`] | counters the limiter keeps about itself |
-//! | `server` | the HTTP service and its configuration (feature `server`) |
+//! | `server` | the HTTP service and its configuration (feature `server`); `server::rls`, Envoy RLS over gRPC (feature `grpc`) |
 //!
 //! # Example
 //!
@@ -68,7 +68,7 @@ pub mod store;
 pub mod window;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use limiter::{CheckError, Decision, FailureMode, Limiter, LimiterBuilder, Source};
+pub use limiter::{CheckError, Decision, FailureMode, Item, Limiter, LimiterBuilder, Source};
 pub use policy::{Limit, Policy, Window};
 pub use store::{AnyStore, MemoryStore, Store, StoreError};
 #[cfg(feature = "memcached")]

@@ -21,6 +21,10 @@ use crate::store::{
 };
 use crate::window::{self, Counting, LimitState, Verdict};
 
+// Several items decided as one request (Envoy RLS descriptors).
+mod together;
+pub use together::Item;
+
 /// The longest key accepted, in bytes.
 pub const MAX_KEY_BYTES: usize = 1024;
 /// The store timeout when none is configured.
@@ -107,6 +111,23 @@ pub enum CheckError {
     /// The store failed and the failure mode is [`FailureMode::Deny`].
     #[error("rate-limit store unavailable: {0}")]
     StoreUnavailable(StoreError),
+}
+
+/// The key and cost rules every entry point checks first.
+fn validate(key: &str, cost: u64) -> Result<(), CheckError> {
+    if key.is_empty() {
+        return Err(CheckError::InvalidKey("must not be empty".to_owned()));
+    }
+    if key.len() > MAX_KEY_BYTES {
+        return Err(CheckError::InvalidKey(format!(
+            "must be at most {MAX_KEY_BYTES} bytes, got {}",
+            key.len()
+        )));
+    }
+    if cost == 0 || cost > MAX_AMOUNT {
+        return Err(CheckError::InvalidCost(cost));
+    }
+    Ok(())
 }
 
 /// Decides requests against policies, with counters in a [`Store`].
@@ -275,18 +296,7 @@ impl<S: Store> Limiter<S> {
         cost: u64,
         mut counting: Counting,
     ) -> Result<Decision, CheckError> {
-        if key.is_empty() {
-            return Err(CheckError::InvalidKey("must not be empty".to_owned()));
-        }
-        if key.len() > MAX_KEY_BYTES {
-            return Err(CheckError::InvalidKey(format!(
-                "must be at most {MAX_KEY_BYTES} bytes, got {}",
-                key.len()
-            )));
-        }
-        if cost == 0 || cost > MAX_AMOUNT {
-            return Err(CheckError::InvalidCost(cost));
-        }
+        validate(key, cost)?;
         // A check that can never pass must not be counted, even for the
         // instant before its rollback: answer it as a peek.
         if counting == Counting::IfAdmitted && cost > policy.max_cost() {

@@ -21,6 +21,7 @@ async fn main() -> anyhow::Result<()> {
     let app = App::from_config(&config)
         .await
         .context("cannot set up the Memcached store")?;
+    let app = with_rls(app, &config)?;
 
     if config.servers.is_empty() {
         tracing::warn!(
@@ -42,8 +43,71 @@ async fn main() -> anyhow::Result<()> {
         "slidegate listening on http://{}",
         server::describe(&listener)
     );
-    server::serve(listener, Arc::new(app), shutdown_signal()).await?;
+    let app = Arc::new(app);
+
+    // One signal stops both faces.
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = stop.send(true);
+    });
+    let until_stopped = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = stopped.wait_for(|stop| *stop).await;
+    };
+    let rls = serve_rls(&config, app.clone(), until_stopped(stopped.clone())).await?;
+    server::serve(listener, app, until_stopped(stopped)).await?;
+    if let Some(rls) = rls {
+        rls.await.context("the RLS server task failed")??;
+    }
     Ok(())
+}
+
+#[cfg(feature = "grpc")]
+fn with_rls(app: App, config: &Config) -> anyhow::Result<App> {
+    let Some(path) = &config.rls_config else {
+        return Ok(app);
+    };
+    let rls = server::rls::Rls::load(path).map_err(anyhow::Error::msg)?;
+    tracing::info!(path = %path.display(), domains = ?rls.rules().domains().collect::<Vec<_>>(), rules = rls.rules().rules().len(), "Envoy RLS rules loaded");
+    Ok(app.with_rls(rls))
+}
+
+#[cfg(not(feature = "grpc"))]
+fn with_rls(app: App, _config: &Config) -> anyhow::Result<App> {
+    Ok(app)
+}
+
+/// Bind the RLS listener (when configured) and serve it in a task.
+#[cfg(feature = "grpc")]
+async fn serve_rls(
+    config: &Config,
+    app: Arc<App>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<Option<tokio::task::JoinHandle<anyhow::Result<()>>>> {
+    let Some(address) = config.rls_listen else {
+        return Ok(None);
+    };
+    let listener = TcpListener::bind(address)
+        .await
+        .with_context(|| format!("cannot listen for RLS on {address}"))?;
+    tracing::info!(
+        "slidegate serving Envoy RLS (gRPC) on {}",
+        server::describe(&listener)
+    );
+    Ok(Some(tokio::spawn(async move {
+        server::rls::serve(listener, app, shutdown)
+            .await
+            .context("RLS server")
+    })))
+}
+
+#[cfg(not(feature = "grpc"))]
+async fn serve_rls(
+    _config: &Config,
+    _app: Arc<App>,
+    _shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<Option<tokio::task::JoinHandle<anyhow::Result<()>>>> {
+    Ok(None)
 }
 
 /// Resolves on the first SIGINT (Ctrl-C) or SIGTERM.

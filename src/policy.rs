@@ -161,6 +161,15 @@ impl Policy {
         Policy::build(INLINE_SCOPE.to_owned(), limits)
     }
 
+    /// Limits of a protocol face (Envoy RLS) under a scope that is not a
+    /// plain name, such as `rls:`, so their counters can never be shared with
+    /// a named or an inline policy.
+    #[cfg(feature = "grpc")]
+    pub(crate) fn protocol(scope: &str, limits: Vec<Limit>) -> Result<Policy, PolicyError> {
+        debug_assert!(!is_plain_name(scope));
+        Policy::build(scope.to_owned(), limits)
+    }
+
     fn build(scope: String, limits: Vec<Limit>) -> Result<Policy, PolicyError> {
         if limits.is_empty() {
             return Err(PolicyError::Empty);

@@ -3,6 +3,8 @@
 //! so tests run the real server on port 0.
 
 mod api;
+#[cfg(feature = "grpc")]
+pub mod rls;
 mod routes;
 
 use std::collections::HashMap;
@@ -36,6 +38,10 @@ pub struct App {
     limiter: Limiter<AnyStore>,
     policies: HashMap<String, api::Served>,
     auth: AuthConfig,
+    /// Envoy RLS rules, when configured: served by [`rls::serve`], counted
+    /// in /metrics.
+    #[cfg(feature = "grpc")]
+    rls: Option<Arc<rls::Rls>>,
 }
 
 impl App {
@@ -51,7 +57,16 @@ impl App {
                 .map(|policy| (policy.scope().to_owned(), api::Served::new(policy)))
                 .collect(),
             auth,
+            #[cfg(feature = "grpc")]
+            rls: None,
         }
+    }
+
+    /// Serve these Envoy RLS rules (see [`rls::serve`]).
+    #[cfg(feature = "grpc")]
+    pub fn with_rls(mut self, rls: rls::Rls) -> App {
+        self.rls = Some(Arc::new(rls));
+        self
     }
 
     /// Build the store and the limiter a configuration describes. With no

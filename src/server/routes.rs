@@ -317,6 +317,10 @@ fn metrics(app: &App) -> Response<Body> {
         "Rejected requests whose increment could not be taken back.",
         &plain(snapshot.rollback_failures),
     );
+    #[cfg(feature = "grpc")]
+    if let Some(rls) = &app.rls {
+        rls.render_metrics(&mut text);
+    }
     let mut response = Response::new(Body::new(Bytes::from(text)));
     response.headers_mut().insert(
         CONTENT_TYPE,

@@ -1,0 +1,24 @@
+//! Compiles the vendored Envoy RLS protos (`proto/`) when the `grpc` feature
+//! is on. protox parses them in Rust, so the build needs neither `protoc` nor
+//! the network; the library without `grpc` compiles none of it.
+
+fn main() {
+    #[cfg(feature = "grpc")]
+    if let Err(error) = compile_protos() {
+        panic!("cannot compile the RLS protos in proto/: {error}");
+    }
+}
+
+#[cfg(feature = "grpc")]
+fn compile_protos() -> Result<(), Box<dyn std::error::Error>> {
+    println!("cargo:rerun-if-changed=proto");
+    let files = protox::compile(["envoy/service/ratelimit/v3/rls.proto"], ["proto"])?;
+    tonic_prost_build::configure()
+        .build_server(true)
+        // The generic client, for tests and load drivers; `connect` needs
+        // tonic's transport, which the service does not otherwise use.
+        .build_client(true)
+        .build_transport(false)
+        .compile_fds(files)?;
+    Ok(())
+}

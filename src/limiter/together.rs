@@ -1,0 +1,362 @@
+//! [`Limiter::check_all`]: several (key, policy, cost) items decided as one
+//! request. Admitted only if every item admits, and then counted in all of
+//! them; if any item rejects, none is counted. Envoy's rate-limit protocol
+//! sends several descriptors per request and refuses the request if any is
+//! over its limit: counting the others anyway would spend their quota on a
+//! request that never ran.
+//!
+//! The work is a check's, widened: each item's counters go out in its own
+//! batch (a batch is one key's counters, which live on one Memcached node),
+//! all batches in flight at once, so the request costs one round trip of
+//! latency; each item is decided by the window arithmetic, and if any
+//! rejects, the increments of all items are taken back, the way a single
+//! check takes back its own.
+
+use std::pin::Pin;
+use std::task::Poll;
+
+use super::*;
+
+/// One part of a request decided by [`Limiter::check_all`].
+#[derive(Clone, Copy, Debug)]
+pub struct Item<'a> {
+    pub key: &'a str,
+    pub policy: &'a Policy,
+    pub cost: u64,
+}
+
+/// The batch of one item (a group of one: the decision code reads the same
+/// for any grouping, should stores ever take several keys per batch).
+struct Group {
+    items: Vec<usize>,
+    layouts: Vec<Layout>,
+    batch: CounterBatch,
+}
+
+impl<S: Store> Limiter<S> {
+    /// Decide `items` as one request: each decision says whether its item
+    /// alone would be admitted (`allowed`) and whether it was counted
+    /// (`counted`, the same for all: all were, or none). An item rejected by
+    /// the near-cache or that can never pass decides the request without
+    /// counting anything; the others are then only read.
+    ///
+    /// When the store fails, [`FailureMode::Local`] decides the whole request
+    /// the same way on this process's counters.
+    pub async fn check_all(&self, items: &[Item<'_>]) -> Result<Vec<Decision>, CheckError> {
+        for item in items {
+            validate(item.key, item.cost)?;
+        }
+        let now_ms = self.clock.now_ms();
+        let near_keys: Vec<NearKey> = items
+            .iter()
+            .map(|item| NearKey::new(KeyDigest::of(item.policy.scope(), item.key), item.policy))
+            .collect();
+
+        let mut decided: Vec<Option<Decision>> = vec![None; items.len()];
+        for ((item, near_key), decided) in items.iter().zip(&near_keys).zip(&mut decided) {
+            if let Some(lower_bounds) = self.near_cache.lower_bounds(near_key, item.policy, now_ms)
+            {
+                let verdict = window::decide(
+                    item.policy.limits(),
+                    &lower_bounds,
+                    now_ms,
+                    item.cost,
+                    Counting::Never,
+                );
+                if !verdict.allowed {
+                    *decided = Some(Decision::new(verdict, Source::NearCache));
+                }
+            }
+        }
+        let doomed = decided.iter().any(Option::is_some)
+            || items.iter().any(|item| item.cost > item.policy.max_cost());
+        let counting = if doomed {
+            Counting::Never
+        } else {
+            Counting::IfAdmitted
+        };
+        let groups = groups(items, &decided, counting, now_ms);
+
+        let decisions = match self.decide_groups(items, &groups, counting, false).await {
+            Ok(decisions) => decisions,
+            Err(error) => match self.failure_mode {
+                FailureMode::Deny => {
+                    self.metrics.decision(Source::Fallback, false);
+                    return Err(CheckError::StoreUnavailable(error));
+                }
+                FailureMode::Allow => groups
+                    .iter()
+                    .flat_map(|group| {
+                        group.items.iter().zip(group.layouts_by_item(items)).map(
+                            |(&index, layouts)| {
+                                let empty: Vec<Vec<u64>> =
+                                    layouts.iter().map(|layout| vec![0; layout.len()]).collect();
+                                let item = items[index];
+                                let verdict = window::decide(
+                                    item.policy.limits(),
+                                    &empty,
+                                    now_ms,
+                                    item.cost,
+                                    Counting::Never,
+                                );
+                                (index, Decision::new(verdict, Source::Fallback))
+                            },
+                        )
+                    })
+                    .collect(),
+                FailureMode::Local => self
+                    .decide_groups(items, &groups, counting, true)
+                    .await
+                    .map_err(CheckError::StoreUnavailable)?,
+            },
+        };
+        for (index, decision) in decisions {
+            decided[index] = Some(decision);
+        }
+        Ok(decided
+            .into_iter()
+            .map(|decision| {
+                // Every index was decided by the near-cache or by a group.
+                self.done(decision.unwrap_or_else(refused))
+            })
+            .collect())
+    }
+
+    /// Run the groups' batches (on the store, or on the local counters) and
+    /// decide their items together. A store error takes back what the other
+    /// groups added, so the failure mode starts from clean counters.
+    async fn decide_groups(
+        &self,
+        items: &[Item<'_>],
+        groups: &[Group],
+        counting: Counting,
+        local: bool,
+    ) -> Result<Vec<(usize, Decision)>, StoreError> {
+        let source = if local {
+            Source::Fallback
+        } else {
+            Source::Store
+        };
+        let now_ms = groups.first().map_or(0, |group| group.batch.now_ms);
+        let results = join_all(
+            groups
+                .iter()
+                .map(|group| self.run_batch(&group.batch, local))
+                .collect(),
+        )
+        .await;
+        let mut counts_by_group = Vec::with_capacity(groups.len());
+        let mut failure = None;
+        for (group, result) in groups.iter().zip(results) {
+            match result {
+                Ok(found) => counts_by_group.push(Some(Self::counts_before(
+                    &group.layouts,
+                    &group.batch,
+                    found,
+                ))),
+                Err(error) => {
+                    counts_by_group.push(None);
+                    failure = Some(error);
+                }
+            }
+        }
+        if let Some(error) = failure {
+            for (group, counts) in groups.iter().zip(&counts_by_group) {
+                if counts.is_some() && !group.batch.adds.is_empty() {
+                    self.take_back(&group.batch, local).await;
+                }
+            }
+            return Err(error);
+        }
+        let counts_by_group: Vec<Vec<Vec<u64>>> = counts_by_group.into_iter().flatten().collect();
+
+        let verdicts: Vec<Vec<Verdict>> = groups
+            .iter()
+            .zip(&counts_by_group)
+            .map(|(group, counts)| {
+                group
+                    .split(items, counts)
+                    .map(|(index, counts)| {
+                        let item = items[index];
+                        window::decide(item.policy.limits(), counts, now_ms, item.cost, counting)
+                    })
+                    .collect()
+            })
+            .collect();
+        let admitted =
+            counting != Counting::Never && verdicts.iter().flatten().all(|verdict| verdict.allowed);
+        let mut decisions = Vec::new();
+        for ((group, counts), verdicts) in groups.iter().zip(&counts_by_group).zip(verdicts) {
+            if admitted {
+                decisions.extend(
+                    group
+                        .items
+                        .iter()
+                        .zip(verdicts)
+                        .map(|(&index, verdict)| (index, Decision::new(verdict, source))),
+                );
+                continue;
+            }
+            let after_rollback = if group.batch.adds.is_empty() {
+                None
+            } else {
+                self.take_back(&group.batch, local).await
+            };
+            let mut first_limit = 0;
+            for ((index, counts), verdict) in group.split(items, counts).zip(verdicts) {
+                let item = items[index];
+                let limits = item.policy.limits().len();
+                if !verdict.allowed && !local {
+                    let after = after_rollback
+                        .as_ref()
+                        .map(|values| values[first_limit..first_limit + limits].to_vec());
+                    let near_key =
+                        NearKey::new(KeyDigest::of(item.policy.scope(), item.key), item.policy);
+                    self.remember(near_key, item.policy, counts, after, item.cost, now_ms);
+                }
+                first_limit += limits;
+                // Counted by none: each item's own verdict, as a peek.
+                let verdict = window::decide(
+                    item.policy.limits(),
+                    counts,
+                    now_ms,
+                    item.cost,
+                    Counting::Never,
+                );
+                decisions.push((index, Decision::new(verdict, source)));
+            }
+        }
+        Ok(decisions)
+    }
+
+    async fn run_batch(
+        &self,
+        batch: &CounterBatch,
+        local: bool,
+    ) -> Result<BatchCounts, StoreError> {
+        if local {
+            self.local.read_and_add(batch).await
+        } else {
+            self.timed(self.store.read_and_add(batch)).await
+        }
+    }
+
+    async fn take_back(&self, batch: &CounterBatch, local: bool) -> Option<Vec<Option<u64>>> {
+        if local {
+            self.local
+                .subtract(&batch.adds, batch.amount, batch.now_ms)
+                .await
+                .ok()
+        } else {
+            self.roll_back(&batch.adds, batch.amount, batch.now_ms)
+                .await
+        }
+    }
+}
+
+impl Group {
+    /// Each item's layouts, in the group's order.
+    fn layouts_by_item<'g>(&'g self, items: &[Item<'_>]) -> Vec<&'g [Layout]> {
+        let mut start = 0;
+        self.items
+            .iter()
+            .map(|&index| {
+                let end = start + items[index].policy.limits().len();
+                let layouts = &self.layouts[start..end];
+                start = end;
+                layouts
+            })
+            .collect()
+    }
+
+    /// Each item's index and its per-limit counts.
+    fn split<'c>(
+        &self,
+        items: &[Item<'_>],
+        counts: &'c [Vec<u64>],
+    ) -> impl Iterator<Item = (usize, &'c [Vec<u64>])> {
+        let mut start = 0;
+        let ends: Vec<(usize, usize, usize)> = self
+            .items
+            .iter()
+            .map(|&index| {
+                let end = start + items[index].policy.limits().len();
+                let range = (index, start, end);
+                start = end;
+                range
+            })
+            .collect();
+        ends.into_iter()
+            .map(move |(index, start, end)| (index, &counts[start..end]))
+    }
+}
+
+/// The undecided items, one batch each.
+fn groups(
+    items: &[Item<'_>],
+    decided: &[Option<Decision>],
+    counting: Counting,
+    now_ms: u64,
+) -> Vec<Group> {
+    (0..items.len())
+        .filter(|&index| decided[index].is_none())
+        .map(|index| {
+            let cost = items[index].cost;
+            let indices = vec![index];
+            let layouts: Vec<Layout> = indices
+                .iter()
+                .flat_map(|&index| {
+                    let item = items[index];
+                    let digest = KeyDigest::of(item.policy.scope(), item.key);
+                    item.policy
+                        .limits()
+                        .iter()
+                        .map(move |limit| layout(digest, limit, now_ms))
+                })
+                .collect();
+            let batch = Limiter::<MemoryStore>::batch(&layouts, cost, counting, now_ms);
+            Group {
+                items: indices,
+                layouts,
+                batch,
+            }
+        })
+        .collect()
+}
+
+/// Never needed (every item is decided by the near-cache or by a group); a
+/// logic error then refuses rather than panics.
+fn refused() -> Decision {
+    Decision {
+        allowed: false,
+        counted: false,
+        retry_after_ms: None,
+        limits: Vec::new(),
+        source: Source::Fallback,
+    }
+}
+
+/// Poll every future until all are done; the outputs in the same order.
+/// (The crate has no futures dependency; this is all it would be used for.)
+async fn join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
+    let mut futures: Vec<Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
+    let mut outputs: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
+    std::future::poll_fn(|context| {
+        let mut pending = false;
+        for (future, output) in futures.iter_mut().zip(outputs.iter_mut()) {
+            if output.is_none() {
+                match future.as_mut().poll(context) {
+                    Poll::Ready(value) => *output = Some(value),
+                    Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+    outputs.into_iter().flatten().collect()
+}

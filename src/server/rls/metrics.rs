@@ -1,0 +1,131 @@
+//! RLS counters per domain and per rule. Their labels come from the
+//! configuration only (a rule's name or path), never from request values, so
+//! their number is bounded by the configuration, whatever clients send.
+
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// What happened to the hits of one rule, as envoyproxy/ratelimit counts
+/// them (`total_hits`, `within_limit`, `over_limit`, ...), in hits
+/// (`hits_addend`), not requests.
+#[derive(Debug, Default)]
+pub struct RuleMetrics {
+    total_hits: AtomicU64,
+    within_limit: AtomicU64,
+    over_limit: AtomicU64,
+    over_limit_near_cache: AtomicU64,
+    shadow_mode: AtomicU64,
+}
+
+/// How a rule answered one descriptor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    WithinLimit,
+    OverLimit {
+        near_cache: bool,
+    },
+    /// Over the limit, answered OK because the rule is in shadow mode.
+    Shadow,
+}
+
+impl RuleMetrics {
+    pub fn record(&self, hits: u64, outcome: Outcome) {
+        self.total_hits.fetch_add(hits, Ordering::Relaxed);
+        let counter = match outcome {
+            Outcome::WithinLimit => &self.within_limit,
+            Outcome::OverLimit { near_cache } => {
+                if near_cache {
+                    self.over_limit_near_cache
+                        .fetch_add(hits, Ordering::Relaxed);
+                }
+                &self.over_limit
+            }
+            Outcome::Shadow => &self.shadow_mode,
+        };
+        counter.fetch_add(hits, Ordering::Relaxed);
+    }
+
+    fn samples(&self) -> [(&'static str, u64); 5] {
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        [
+            ("total_hits", load(&self.total_hits)),
+            ("within_limit", load(&self.within_limit)),
+            ("over_limit", load(&self.over_limit)),
+            ("over_limit_near_cache", load(&self.over_limit_near_cache)),
+            ("shadow_mode", load(&self.shadow_mode)),
+        ]
+    }
+}
+
+/// Counters of the RLS face as a whole.
+#[derive(Debug, Default)]
+pub struct ServiceMetrics {
+    pub requests: AtomicU64,
+    pub invalid: AtomicU64,
+    pub unknown_domain: AtomicU64,
+    pub no_rule: AtomicU64,
+    pub store_unavailable: AtomicU64,
+}
+
+impl ServiceMetrics {
+    pub fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Escape a label value for the Prometheus text format.
+fn label(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// Append the RLS families to a Prometheus text page.
+pub fn render<'r>(
+    text: &mut String,
+    service: &ServiceMetrics,
+    rules: impl Iterator<Item = (&'r str, String, &'r RuleMetrics)>,
+) {
+    let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+    let _ = writeln!(
+        text,
+        "# HELP slidegate_rls_requests_total ShouldRateLimit calls, by outcome.\n\
+         # TYPE slidegate_rls_requests_total counter"
+    );
+    for (outcome, counter) in [
+        ("answered", &service.requests),
+        ("invalid_argument", &service.invalid),
+        ("store_unavailable", &service.store_unavailable),
+    ] {
+        let _ = writeln!(
+            text,
+            "slidegate_rls_requests_total{{outcome=\"{outcome}\"}} {}",
+            load(counter)
+        );
+    }
+    let _ = writeln!(
+        text,
+        "# HELP slidegate_rls_descriptors_unmatched_total Descriptors answered OK with no limit: unknown domain, or no rule.\n\
+         # TYPE slidegate_rls_descriptors_unmatched_total counter\n\
+         slidegate_rls_descriptors_unmatched_total{{reason=\"unknown_domain\"}} {}\n\
+         slidegate_rls_descriptors_unmatched_total{{reason=\"no_rule\"}} {}",
+        load(&service.unknown_domain),
+        load(&service.no_rule),
+    );
+    let _ = writeln!(
+        text,
+        "# HELP slidegate_rls_hits_total Hits (hits_addend) per domain and rule, by result.\n\
+         # TYPE slidegate_rls_hits_total counter"
+    );
+    for (domain, rule, metrics) in rules {
+        for (result, value) in metrics.samples() {
+            let _ = writeln!(
+                text,
+                "slidegate_rls_hits_total{{domain=\"{}\",rule=\"{}\",result=\"{result}\"}} {value}",
+                label(domain),
+                label(&rule),
+            );
+        }
+    }
+}

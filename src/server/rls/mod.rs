@@ -1,0 +1,146 @@
+//! Envoy's rate-limit service (RLS v3, `ShouldRateLimit` over gRPC), with
+//! envoyproxy/ratelimit's configuration files. One more face over the same
+//! [`Limiter`](crate::Limiter) as the HTTP API: the counters, the
+//! near-cache and the failure mode are shared.
+//!
+//! | module | owns |
+//! |---|---|
+//! | `rules` | the YAML files, compiled to a tree per domain; the descriptor lookup |
+//! | `service` | the gRPC service: descriptors to limiter items, decisions to statuses |
+//! | `metrics` | counters per domain and rule, bounded by the configuration |
+
+mod metrics;
+mod rules;
+mod service;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+
+pub use rules::{RuleSet, Unit};
+
+use super::App;
+use metrics::ServiceMetrics;
+use service::RlsService;
+
+/// The code generated from `proto/` by `build.rs`, under the protos' own
+/// package paths. The client is there for tests and load drivers.
+#[allow(clippy::all, missing_docs)]
+pub mod pb {
+    pub mod envoy {
+        pub mod config {
+            pub mod core {
+                pub mod v3 {
+                    tonic::include_proto!("envoy.config.core.v3");
+                }
+            }
+        }
+        pub mod extensions {
+            pub mod common {
+                pub mod ratelimit {
+                    pub mod v3 {
+                        tonic::include_proto!("envoy.extensions.common.ratelimit.v3");
+                    }
+                }
+            }
+        }
+        pub mod r#type {
+            pub mod v3 {
+                tonic::include_proto!("envoy.r#type.v3");
+            }
+        }
+        pub mod service {
+            pub mod ratelimit {
+                pub mod v3 {
+                    tonic::include_proto!("envoy.service.ratelimit.v3");
+                }
+            }
+        }
+    }
+}
+
+/// The loaded rules and the RLS counters.
+#[derive(Debug)]
+pub struct Rls {
+    rules: RuleSet,
+    metrics: ServiceMetrics,
+}
+
+impl Rls {
+    /// Rules from a YAML file or a directory of them (envoyproxy/ratelimit's
+    /// format). Errors name the file and the path in it.
+    pub fn load(path: &Path) -> Result<Rls, String> {
+        RuleSet::load(path).map(Rls::new)
+    }
+
+    pub fn new(rules: RuleSet) -> Rls {
+        Rls {
+            rules,
+            metrics: ServiceMetrics::default(),
+        }
+    }
+
+    pub fn rules(&self) -> &RuleSet {
+        &self.rules
+    }
+
+    /// Append the RLS metric families to a Prometheus page.
+    pub fn render_metrics(&self, text: &mut String) {
+        let rules = self.rules.rules().iter().map(|rule| {
+            let label = rule.name.clone().unwrap_or_else(|| rule.path.clone());
+            (rule.domain.as_str(), label, &rule.metrics)
+        });
+        let overrides = self
+            .rules
+            .overrides()
+            .map(|(domain, metrics)| (domain, "override".to_owned(), metrics));
+        metrics::render(text, &self.metrics, rules.chain(overrides));
+    }
+}
+
+/// Serve `ShouldRateLimit` on `listener` until `shutdown` completes, deciding
+/// with `app`'s limiter and the rules `app` was given
+/// ([`App::with_rls`]). HTTP/2 without TLS, as Envoy's `envoy_grpc` cluster
+/// with `http2_protocol_options` speaks it.
+pub async fn serve(
+    listener: TcpListener,
+    app: Arc<App>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), tonic::transport::Error> {
+    let Some(rls) = app.rls.clone() else {
+        tracing::warn!("RLS listener without RLS rules: every descriptor is answered OK");
+        return serve_with(
+            listener,
+            app,
+            Arc::new(Rls::new(RuleSet::default())),
+            shutdown,
+        )
+        .await;
+    };
+    serve_with(listener, app, rls, shutdown).await
+}
+
+async fn serve_with(
+    listener: TcpListener,
+    app: Arc<App>,
+    rls: Arc<Rls>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), tonic::transport::Error> {
+    use pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
+    let service = RlsService { app, rls };
+    tonic::transport::Server::builder()
+        .tcp_nodelay(true)
+        .add_service(RateLimitServiceServer::new(service))
+        .serve_with_incoming_shutdown(
+            tonic::transport::server::TcpIncoming::from(listener),
+            shutdown,
+        )
+        .await
+}
+
+/// The address a listener is bound to, for logs.
+pub fn local_addr(listener: &TcpListener) -> Option<SocketAddr> {
+    listener.local_addr().ok()
+}

@@ -1,0 +1,401 @@
+//! envoyproxy/ratelimit's configuration, read unchanged: YAML files of
+//! `domain` and nested `descriptors`, compiled into one tree per domain, and
+//! the lookup that finds the rule of a request's descriptor the way
+//! envoyproxy/ratelimit's `GetLimit` (src/config/config_impl.go) does.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use super::metrics::RuleMetrics;
+use crate::policy::{Limit, MAX_WINDOW_MS, Policy};
+
+/// The scope of every RLS counter. Not a plain name, so no HTTP policy can
+/// share its counters.
+pub const RLS_SCOPE: &str = "rls:";
+
+/// What a rule does with the descriptors it matches.
+#[derive(Clone, Debug)]
+pub enum Action {
+    /// `unlimited: true`: always OK, nothing counted.
+    Unlimited,
+    /// `requests_per_unit: 0`: always OVER_LIMIT, nothing counted.
+    Refuse,
+    /// A sliding window of `unit` (× `unit_multiplier`), in `policy`.
+    Limit(Policy),
+}
+
+/// One `rate_limit` of the configuration (or of a request's limit override).
+#[derive(Debug)]
+pub struct Rule {
+    pub domain: String,
+    /// The rule's path, as envoyproxy/ratelimit names its stats:
+    /// `domain.key_value.key`. Bounded by the configuration.
+    pub path: String,
+    pub name: Option<String>,
+    pub unit: Unit,
+    pub requests_per_unit: u32,
+    pub action: Action,
+    pub shadow_mode: bool,
+    pub quota_mode: bool,
+    pub replaces: Vec<String>,
+    pub metrics: RuleMetrics,
+}
+
+impl Rule {
+    /// A limit given by the request itself (`RateLimitDescriptor.limit`):
+    /// never shadow, replaces nothing.
+    pub fn override_of(domain: &str, requests_per_unit: u32, unit: Unit) -> Result<Rule, String> {
+        let action = action(requests_per_unit, unit, false, None, None)?;
+        Ok(Rule {
+            domain: domain.to_owned(),
+            path: format!("{domain}.override"),
+            name: None,
+            unit,
+            requests_per_unit,
+            action,
+            shadow_mode: false,
+            quota_mode: false,
+            replaces: Vec::new(),
+            metrics: RuleMetrics::default(),
+        })
+    }
+}
+
+fn action(
+    requests_per_unit: u32,
+    unit: Unit,
+    unlimited: bool,
+    precision: Option<u32>,
+    multiplier: Option<u32>,
+) -> Result<Action, String> {
+    if unlimited {
+        return Ok(Action::Unlimited);
+    }
+    if requests_per_unit == 0 {
+        return Ok(Action::Refuse);
+    }
+    let multiplier = match multiplier {
+        Some(0) => return Err("unit_multiplier: must be at least 1".to_owned()),
+        Some(multiplier) => u64::from(multiplier),
+        None => 1,
+    };
+    let window_ms = unit.ms().saturating_mul(multiplier);
+    if window_ms > MAX_WINDOW_MS {
+        return Err("unit_multiplier: the window must be at most 365 days".to_owned());
+    }
+    let limit = Limit::new(
+        u64::from(requests_per_unit),
+        window_ms,
+        precision.unwrap_or(1),
+    )
+    .map_err(|error| format!("{}: {error}", error.field()))?;
+    Policy::protocol(RLS_SCOPE, vec![limit])
+        .map(Action::Limit)
+        .map_err(|error| error.to_string())
+}
+
+/// One level of a domain's tree.
+#[derive(Debug, Default)]
+struct Node {
+    /// By `key_value`, or by `key` for a descriptor without a value.
+    children: HashMap<String, Node>,
+    /// Values with `*`: (`key_value` pattern, its parts split on `*`).
+    wildcards: Vec<(String, Vec<String>)>,
+    rule: Option<usize>,
+    share_threshold: bool,
+}
+
+/// Every domain's rules, compiled.
+#[derive(Debug, Default)]
+pub struct RuleSet {
+    domains: HashMap<String, Node>,
+    rules: Vec<Rule>,
+    /// Hits decided by requests' own limit overrides, per domain.
+    overrides: HashMap<String, RuleMetrics>,
+}
+
+/// The rule of one descriptor, and the values its counters are named by.
+#[derive(Debug)]
+pub struct Found<'a> {
+    pub rule: &'a Rule,
+    /// For each entry, the wildcard pattern that stands for its value when
+    /// the entry matched a `share_threshold` wildcard (all values share one
+    /// counter), else `None`.
+    pub shared: Vec<Option<&'a str>>,
+}
+
+impl RuleSet {
+    /// A YAML file, or every `*.yaml` and `*.yml` file of a directory (in
+    /// name order), as envoyproxy/ratelimit reads its runtime directory.
+    pub fn load(path: &Path) -> Result<RuleSet, String> {
+        let files: Vec<PathBuf> = if path.is_dir() {
+            let entries = std::fs::read_dir(path)
+                .map_err(|error| format!("cannot read {}: {error}", path.display()))?;
+            let mut files: Vec<PathBuf> = entries
+                .filter_map(Result::ok)
+                .map(|entry| entry.path())
+                .filter(|file| {
+                    let name = file
+                        .file_name()
+                        .and_then(|name| name.to_str())
+                        .unwrap_or("");
+                    !name.starts_with('.')
+                        && (name.ends_with(".yaml") || name.ends_with(".yml"))
+                        && file.is_file()
+                })
+                .collect();
+            files.sort();
+            if files.is_empty() {
+                return Err(format!(
+                    "{}: no .yaml or .yml file in this directory",
+                    path.display()
+                ));
+            }
+            files
+        } else {
+            vec![path.to_owned()]
+        };
+        let mut rules = RuleSet::default();
+        for file in files {
+            let text = std::fs::read_to_string(&file)
+                .map_err(|error| format!("cannot read {}: {error}", file.display()))?;
+            rules.add_file(&file.display().to_string(), &text)?;
+        }
+        Ok(rules)
+    }
+
+    /// Add one file's domain; `origin` names the file in errors.
+    pub fn add_file(&mut self, origin: &str, text: &str) -> Result<(), String> {
+        // serde_yaml_ng's messages name the path in the file and the line.
+        let root: YamlRoot =
+            serde_yaml_ng::from_str(text).map_err(|error| format!("{origin}: {error}"))?;
+        if root.domain.is_empty() {
+            return Err(format!("{origin}: domain: must not be empty"));
+        }
+        if self.domains.contains_key(&root.domain) {
+            return Err(format!(
+                "{origin}: domain: {:?} is already defined by another file",
+                root.domain
+            ));
+        }
+        let mut node = Node::default();
+        self.load_descriptors(
+            origin,
+            &root.domain,
+            "descriptors",
+            &root.domain,
+            &mut node,
+            &root.descriptors,
+        )?;
+        self.overrides
+            .insert(root.domain.clone(), RuleMetrics::default());
+        self.domains.insert(root.domain, node);
+        Ok(())
+    }
+
+    fn load_descriptors(
+        &mut self,
+        origin: &str,
+        domain: &str,
+        field: &str,
+        parent_path: &str,
+        node: &mut Node,
+        descriptors: &[YamlDescriptor],
+    ) -> Result<(), String> {
+        for (index, descriptor) in descriptors.iter().enumerate() {
+            let field = format!("{field}[{index}]");
+            let error = |what: &str, message: String| format!("{origin}: {field}{what}: {message}");
+            if descriptor.key.is_empty() {
+                return Err(error(".key", "must not be empty".to_owned()));
+            }
+            let final_key = if descriptor.value.is_empty() {
+                descriptor.key.clone()
+            } else {
+                format!("{}_{}", descriptor.key, descriptor.value)
+            };
+            let path = format!("{parent_path}.{final_key}");
+            if node.children.contains_key(&final_key) {
+                return Err(error(
+                    "",
+                    format!("duplicate descriptor {path:?} (same key and value at one level)"),
+                ));
+            }
+            if descriptor.share_threshold && !final_key.contains('*') {
+                return Err(error(
+                    ".share_threshold",
+                    "only applies to a value with a wildcard '*'".to_owned(),
+                ));
+            }
+            let mut child = Node {
+                share_threshold: descriptor.share_threshold,
+                ..Node::default()
+            };
+            if let Some(rate_limit) = &descriptor.rate_limit {
+                let rule = self
+                    .rule(domain, &path, descriptor, rate_limit)
+                    // `message` starts with the field: "unit: ...".
+                    .map_err(|message| format!("{origin}: {field}.rate_limit.{message}"))?;
+                child.rule = Some(self.rules.len());
+                self.rules.push(rule);
+            }
+            self.load_descriptors(
+                origin,
+                domain,
+                &format!("{field}.descriptors"),
+                &path,
+                &mut child,
+                &descriptor.descriptors,
+            )?;
+            if final_key.contains('*') {
+                let parts = final_key.split('*').map(str::to_owned).collect();
+                node.wildcards.push((final_key.clone(), parts));
+            }
+            node.children.insert(final_key, child);
+        }
+        Ok(())
+    }
+
+    fn rule(
+        &self,
+        domain: &str,
+        path: &str,
+        descriptor: &YamlDescriptor,
+        rate_limit: &YamlRateLimit,
+    ) -> Result<Rule, String> {
+        let unit = match (rate_limit.unlimited, rate_limit.unit.as_deref()) {
+            (true, Some(unit)) if Unit::parse(unit).is_some() => {
+                return Err("unit: must not be given with unlimited: true".to_owned());
+            }
+            (true, _) => Unit::Second,
+            (false, Some(text)) => Unit::parse(text).ok_or_else(|| {
+                format!("unit: {text:?} is not one of second, minute, hour, day, week, month, year")
+            })?,
+            (false, None) => return Err("unit: is required (or unlimited: true)".to_owned()),
+        };
+        let name = rate_limit.name.clone().filter(|name| !name.is_empty());
+        for (index, replaced) in rate_limit.replaces.iter().enumerate() {
+            if replaced.name.is_empty() {
+                return Err(format!("replaces[{index}].name: must not be empty"));
+            }
+            if Some(&replaced.name) == name.as_ref() {
+                return Err(format!(
+                    "replaces[{index}].name: a rule cannot replace itself"
+                ));
+            }
+        }
+        let action = action(
+            rate_limit.requests_per_unit,
+            unit,
+            rate_limit.unlimited,
+            rate_limit.precision,
+            rate_limit.unit_multiplier,
+        )?;
+        Ok(Rule {
+            domain: domain.to_owned(),
+            path: path.to_owned(),
+            name,
+            unit,
+            requests_per_unit: rate_limit.requests_per_unit,
+            action,
+            shadow_mode: descriptor.shadow_mode,
+            quota_mode: descriptor.quota_mode,
+            replaces: rate_limit.replaces.iter().map(|r| r.name.clone()).collect(),
+            metrics: RuleMetrics::default(),
+        })
+    }
+
+    /// The metrics of a known domain's limit overrides.
+    pub fn override_metrics(&self, domain: &str) -> &RuleMetrics {
+        static UNKNOWN: std::sync::OnceLock<RuleMetrics> = std::sync::OnceLock::new();
+        self.overrides
+            .get(domain)
+            .unwrap_or_else(|| UNKNOWN.get_or_init(RuleMetrics::default))
+    }
+
+    pub fn overrides(&self) -> impl Iterator<Item = (&str, &RuleMetrics)> {
+        self.overrides
+            .iter()
+            .map(|(domain, metrics)| (domain.as_str(), metrics))
+    }
+
+    pub fn has_domain(&self, domain: &str) -> bool {
+        self.domains.contains_key(domain)
+    }
+
+    pub fn rules(&self) -> &[Rule] {
+        &self.rules
+    }
+
+    pub fn domains(&self) -> impl Iterator<Item = &str> {
+        self.domains.keys().map(String::as_str)
+    }
+
+    /// The rule for a descriptor's entries, as envoyproxy/ratelimit finds it:
+    /// at each level `key_value` first, then a matching wildcard, then `key`
+    /// alone; a rule applies only at the descriptor's last entry; a level
+    /// with nothing under it ends the walk.
+    pub fn find<'a>(&'a self, domain: &str, entries: &[(&str, &str)]) -> Option<Found<'a>> {
+        let mut node = self.domains.get(domain)?;
+        let mut shared = Vec::with_capacity(entries.len());
+        let mut found = None;
+        for (index, (key, value)) in entries.iter().enumerate() {
+            let key_value = format!("{key}_{value}");
+            let mut next = node.children.get(&key_value);
+            let mut pattern = None;
+            if next.is_none()
+                && let Some((wildcard, _)) = node
+                    .wildcards
+                    .iter()
+                    .find(|(_, parts)| wildcard_match(parts, &key_value))
+            {
+                next = node.children.get(wildcard);
+                pattern = next
+                    .filter(|child| child.share_threshold)
+                    .and_then(|_| wildcard.strip_prefix(&format!("{key}_")));
+            }
+            let next = next.or_else(|| node.children.get(*key));
+            shared.push(pattern);
+            let Some(next) = next else { break };
+            if let Some(rule) = next.rule
+                && index == entries.len() - 1
+            {
+                found = Some(&self.rules[rule]);
+            }
+            if next.children.is_empty() {
+                break;
+            }
+            node = next;
+        }
+        shared.resize(entries.len(), None);
+        found.map(|rule| Found { rule, shared })
+    }
+}
+
+/// envoyproxy/ratelimit's `wildcardMatch`: the parts of a pattern split on
+/// `*` appear in order, the first at the start and the last at the end.
+fn wildcard_match(parts: &[String], value: &str) -> bool {
+    let Some((first, rest)) = parts.split_first() else {
+        return false;
+    };
+    let Some(mut remaining) = value.strip_prefix(first.as_str()) else {
+        return false;
+    };
+    let Some((last, middle)) = rest.split_last() else {
+        return remaining.is_empty();
+    };
+    for part in middle {
+        match remaining.find(part.as_str()) {
+            Some(at) => remaining = &remaining[at + part.len()..],
+            None => return false,
+        }
+    }
+    remaining.ends_with(last.as_str())
+}
+
+mod format;
+#[cfg(test)]
+mod tests;
+mod unit;
+
+use format::{YamlDescriptor, YamlRateLimit, YamlRoot};
+pub use unit::Unit;

@@ -1,0 +1,469 @@
+//! `ShouldRateLimit`: a request's descriptors become rules (see [`rules`]),
+//! the rules become limiter items, and the limiter decides them together.
+//!
+//! Which descriptors can refuse the request, and in which order they are
+//! decided:
+//! 1. descriptors with `hits_addend: 0` (check only) and rules of
+//!    `requests_per_unit: 0` are read, never counted;
+//! 2. the binding descriptors (not shadow, not quota mode) are decided as one
+//!    [`Limiter::check_all`]: counted in all, or, if any is over its limit or
+//!    a step-1 descriptor already refused the request, in none;
+//! 3. shadow and quota-mode descriptors are then checked one by one, or only
+//!    read when the request was refused.
+//!
+//! [`rules`]: super::rules
+
+use std::sync::Arc;
+
+use tonic::{Request, Response, Status};
+
+use super::Rls;
+use super::metrics::{Outcome, RuleMetrics, ServiceMetrics};
+use super::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use super::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus, RateLimit,
+};
+use super::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
+use super::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use super::rules::{Action, Rule, Unit};
+use crate::limiter::{CheckError, Decision, Item, Limiter, Source};
+use crate::policy::{MAX_AMOUNT, Policy};
+use crate::server::App;
+use crate::store::AnyStore;
+
+/// The gRPC service over the shared limiter and the loaded rules.
+#[derive(Clone)]
+pub struct RlsService {
+    pub(super) app: Arc<App>,
+    pub(super) rls: Arc<Rls>,
+}
+
+/// One descriptor, resolved.
+enum Plan<'a> {
+    /// No rule (or an unknown domain, or a replaced rule): OK, no limit.
+    NoLimit,
+    Unlimited,
+    Limited(Limited<'a>),
+}
+
+struct Limited<'a> {
+    rule: RuleRef<'a>,
+    /// The limiter key: a digest of the domain and the descriptor's entries.
+    key: String,
+    /// `hits_addend`; 0 checks without counting.
+    hits: u64,
+}
+
+/// A configured rule, or a request's own limit override.
+enum RuleRef<'a> {
+    Config(&'a Rule),
+    Override(Box<Rule>, &'a RuleMetrics),
+}
+
+impl RuleRef<'_> {
+    fn rule(&self) -> &Rule {
+        match self {
+            RuleRef::Config(rule) => rule,
+            RuleRef::Override(rule, _) => rule,
+        }
+    }
+
+    fn metrics(&self) -> &RuleMetrics {
+        match self {
+            RuleRef::Config(rule) => &rule.metrics,
+            RuleRef::Override(_, metrics) => metrics,
+        }
+    }
+}
+
+/// How one limited descriptor came out.
+enum Answer {
+    Decided(Decision),
+    /// `requests_per_unit: 0`: refused without reading anything.
+    Refused,
+}
+
+impl Answer {
+    fn allowed(&self) -> bool {
+        match self {
+            Answer::Decided(decision) => decision.allowed,
+            Answer::Refused => false,
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl RateLimitService for RlsService {
+    async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        let metrics = &self.rls.metrics;
+        match self.decide(request.get_ref()).await {
+            Ok(response) => {
+                ServiceMetrics::bump(&metrics.requests);
+                Ok(Response::new(response))
+            }
+            Err(status) => {
+                if status.code() == tonic::Code::InvalidArgument {
+                    ServiceMetrics::bump(&metrics.invalid);
+                } else {
+                    ServiceMetrics::bump(&metrics.store_unavailable);
+                }
+                Err(status)
+            }
+        }
+    }
+}
+
+impl RlsService {
+    async fn decide(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, Status> {
+        if request.domain.is_empty() {
+            return Err(Status::invalid_argument("domain: must not be empty"));
+        }
+        if request.descriptors.is_empty() {
+            return Err(Status::invalid_argument("descriptors: must not be empty"));
+        }
+        let plans = self.plan(request)?;
+        let answers = self.answer(&plans).await?;
+        Ok(respond(&plans, answers))
+    }
+
+    /// Resolve every descriptor to its rule, then drop the replaced rules.
+    fn plan<'a>(&'a self, request: &RateLimitRequest) -> Result<Vec<Plan<'a>>, Status> {
+        let rules = &self.rls.rules;
+        let metrics = &self.rls.metrics;
+        let known_domain = rules.has_domain(&request.domain);
+        let mut plans = Vec::with_capacity(request.descriptors.len());
+        for (index, descriptor) in request.descriptors.iter().enumerate() {
+            let entries = entries(index, descriptor)?;
+            let hits = match descriptor.hits_addend {
+                Some(hits) => hits,
+                None => u64::from(request.hits_addend.max(1)),
+            };
+            if hits > MAX_AMOUNT {
+                return Err(Status::invalid_argument(format!(
+                    "descriptors[{index}].hits_addend: must be at most {MAX_AMOUNT}, got {hits}"
+                )));
+            }
+            if !known_domain {
+                ServiceMetrics::bump(&metrics.unknown_domain);
+                plans.push(Plan::NoLimit);
+                continue;
+            }
+            let (rule, shared) = match &descriptor.limit {
+                Some(limit) => {
+                    let unit = Unit::from_wire(limit.unit).ok_or_else(|| {
+                        Status::invalid_argument(format!(
+                            "descriptors[{index}].limit.unit: {} is not a known unit",
+                            limit.unit
+                        ))
+                    })?;
+                    let rule = Rule::override_of(&request.domain, limit.requests_per_unit, unit)
+                        .map_err(|message| {
+                            Status::invalid_argument(format!(
+                                "descriptors[{index}].limit: {message}"
+                            ))
+                        })?;
+                    let metrics = rules.override_metrics(&request.domain);
+                    (RuleRef::Override(Box::new(rule), metrics), Vec::new())
+                }
+                None => match rules.find(&request.domain, &entries) {
+                    Some(found) => (RuleRef::Config(found.rule), found.shared),
+                    None => {
+                        ServiceMetrics::bump(&metrics.no_rule);
+                        plans.push(Plan::NoLimit);
+                        continue;
+                    }
+                },
+            };
+            if matches!(rule.rule().action, Action::Unlimited) {
+                plans.push(Plan::Unlimited);
+                continue;
+            }
+            let key = counter_key(&request.domain, &entries, &shared);
+            plans.push(Plan::Limited(Limited { rule, key, hits }));
+        }
+        // As envoyproxy/ratelimit: a named rule that any matched rule
+        // replaces neither decides nor counts.
+        let replaced: Vec<String> = plans
+            .iter()
+            .filter_map(|plan| match plan {
+                Plan::Limited(limited) => Some(limited.rule.rule().replaces.iter()),
+                _ => None,
+            })
+            .flatten()
+            .cloned()
+            .collect();
+        if !replaced.is_empty() {
+            for plan in &mut plans {
+                if let Plan::Limited(limited) = plan
+                    && let Some(name) = &limited.rule.rule().name
+                    && replaced.contains(name)
+                {
+                    *plan = Plan::NoLimit;
+                }
+            }
+        }
+        Ok(plans)
+    }
+
+    /// Decide the limited descriptors, in the order the module doc gives.
+    async fn answer(&self, plans: &[Plan<'_>]) -> Result<Vec<Option<Answer>>, Status> {
+        let limiter = &self.app.limiter;
+        let mut answers: Vec<Option<Answer>> = plans.iter().map(|_| None).collect();
+        let limited = |index: usize| match &plans[index] {
+            Plan::Limited(limited) => Some(limited),
+            _ => None,
+        };
+        let advisory = |limited: &Limited| {
+            let rule = limited.rule.rule();
+            rule.shadow_mode || rule.quota_mode
+        };
+
+        // 1. Read-only descriptors.
+        let mut refused = false;
+        for (index, answer_slot) in answers.iter_mut().enumerate() {
+            let Some(limited) = limited(index) else {
+                continue;
+            };
+            let answer = match &limited.rule.rule().action {
+                Action::Refuse => Answer::Refused,
+                Action::Limit(policy) if limited.hits == 0 => {
+                    Answer::Decided(peek(limiter, &limited.key, policy, 1).await?)
+                }
+                _ => continue,
+            };
+            refused |= !answer.allowed() && !advisory(limited);
+            *answer_slot = Some(answer);
+        }
+
+        // 2. The binding descriptors, together.
+        let binding: Vec<(usize, &Limited, &Policy)> = (0..plans.len())
+            .filter(|&index| answers[index].is_none())
+            .filter_map(|index| {
+                let limited = limited(index)?;
+                match &limited.rule.rule().action {
+                    Action::Limit(policy) if !advisory(limited) => Some((index, limited, policy)),
+                    _ => None,
+                }
+            })
+            .collect();
+        if refused {
+            for &(index, limited, policy) in &binding {
+                let decision = peek(limiter, &limited.key, policy, limited.hits).await?;
+                answers[index] = Some(Answer::Decided(decision));
+            }
+        } else if !binding.is_empty() {
+            let items: Vec<Item> = binding
+                .iter()
+                .map(|&(_, limited, policy)| Item {
+                    key: &limited.key,
+                    policy,
+                    cost: limited.hits,
+                })
+                .collect();
+            let decisions = limiter.check_all(&items).await.map_err(check_error)?;
+            for (&(index, _, _), decision) in binding.iter().zip(decisions) {
+                refused |= !decision.allowed;
+                answers[index] = Some(Answer::Decided(decision));
+            }
+        }
+
+        // 3. Shadow and quota-mode descriptors, each on its own.
+        for (index, answer_slot) in answers.iter_mut().enumerate() {
+            let Some(limited) = limited(index) else {
+                continue;
+            };
+            let Action::Limit(policy) = &limited.rule.rule().action else {
+                continue;
+            };
+            if answer_slot.is_some() {
+                continue;
+            }
+            let decision = if refused {
+                peek(limiter, &limited.key, policy, limited.hits).await?
+            } else {
+                let item = Item {
+                    key: &limited.key,
+                    policy,
+                    cost: limited.hits,
+                };
+                let mut decisions = limiter.check_all(&[item]).await.map_err(check_error)?;
+                decisions
+                    .pop()
+                    .ok_or_else(|| Status::internal("no decision"))?
+            };
+            *answer_slot = Some(Answer::Decided(decision));
+        }
+        Ok(answers)
+    }
+}
+
+async fn peek(
+    limiter: &Limiter<AnyStore>,
+    key: &str,
+    policy: &Policy,
+    cost: u64,
+) -> Result<Decision, Status> {
+    limiter.peek(key, policy, cost).await.map_err(check_error)
+}
+
+fn check_error(error: CheckError) -> Status {
+    match error {
+        CheckError::StoreUnavailable(error) => {
+            Status::unavailable(format!("rate-limit store unavailable: {error}"))
+        }
+        other => Status::invalid_argument(other.to_string()),
+    }
+}
+
+/// A descriptor's entries, checked: at least one, each with a key.
+fn entries(index: usize, descriptor: &RateLimitDescriptor) -> Result<Vec<(&str, &str)>, Status> {
+    if descriptor.entries.is_empty() {
+        return Err(Status::invalid_argument(format!(
+            "descriptors[{index}].entries: must not be empty"
+        )));
+    }
+    descriptor
+        .entries
+        .iter()
+        .enumerate()
+        .map(|(entry_index, entry)| {
+            if entry.key.is_empty() {
+                Err(Status::invalid_argument(format!(
+                    "descriptors[{index}].entries[{entry_index}].key: must not be empty"
+                )))
+            } else {
+                Ok((entry.key.as_str(), entry.value.as_str()))
+            }
+        })
+        .collect()
+}
+
+/// The limiter key of a descriptor: each distinct (domain, entries) has its
+/// own counters. Values of a `share_threshold` wildcard are replaced by the
+/// pattern, so they share one. Hashed, so that descriptors of any length
+/// make a key of fixed length.
+fn counter_key(domain: &str, entries: &[(&str, &str)], shared: &[Option<&str>]) -> String {
+    let mut hasher = blake3::Hasher::new();
+    let mut field = |bytes: &[u8]| {
+        hasher.update(&(bytes.len() as u64).to_le_bytes());
+        hasher.update(bytes);
+    };
+    field(domain.as_bytes());
+    for (index, (key, value)) in entries.iter().enumerate() {
+        field(key.as_bytes());
+        match shared.get(index).copied().flatten() {
+            Some(pattern) => {
+                field(b"*");
+                field(pattern.as_bytes());
+            }
+            None => field(value.as_bytes()),
+        }
+    }
+    hasher.finalize().to_hex()[..32].to_owned()
+}
+
+/// The response, statuses in request order.
+fn respond(plans: &[Plan<'_>], answers: Vec<Option<Answer>>) -> RateLimitResponse {
+    let mut over_limit = false;
+    let mut quota_descriptors = 0;
+    let mut quota_over = 0;
+    let statuses = plans
+        .iter()
+        .zip(answers)
+        .map(|(plan, answer)| match (plan, answer) {
+            (Plan::Limited(limited), Some(answer)) => {
+                let rule = limited.rule.rule();
+                let allowed = answer.allowed();
+                let near_cache =
+                    matches!(&answer, Answer::Decided(d) if d.source == Source::NearCache);
+                let outcome = match (allowed, rule.shadow_mode) {
+                    (true, _) => Outcome::WithinLimit,
+                    (false, true) => Outcome::Shadow,
+                    (false, false) => Outcome::OverLimit { near_cache },
+                };
+                limited.rule.metrics().record(limited.hits, outcome);
+                if rule.quota_mode {
+                    quota_descriptors += 1;
+                    quota_over += usize::from(!allowed);
+                } else if !allowed && !rule.shadow_mode {
+                    over_limit = true;
+                }
+                status(rule, &answer)
+            }
+            (Plan::Unlimited, _) => DescriptorStatus {
+                code: Code::Ok.into(),
+                limit_remaining: u32::MAX,
+                ..DescriptorStatus::default()
+            },
+            _ => DescriptorStatus {
+                code: Code::Ok.into(),
+                ..DescriptorStatus::default()
+            },
+        })
+        .collect();
+    // As envoyproxy/ratelimit: quota-mode descriptors refuse the request
+    // only when all of them are over their limit.
+    if quota_descriptors > 0 && quota_over == quota_descriptors {
+        over_limit = true;
+    }
+    RateLimitResponse {
+        overall_code: if over_limit {
+            Code::OverLimit
+        } else {
+            Code::Ok
+        }
+        .into(),
+        statuses,
+        ..RateLimitResponse::default()
+    }
+}
+
+fn status(rule: &Rule, answer: &Answer) -> DescriptorStatus {
+    let current_limit = Some(RateLimit {
+        name: rule.name.clone().unwrap_or_default(),
+        requests_per_unit: rule.requests_per_unit,
+        unit: rule.unit as i32,
+    });
+    let window_ms = rule.unit.ms();
+    let (allowed, remaining, reset_ms) = match answer {
+        Answer::Refused => (false, 0, window_ms),
+        Answer::Decided(decision) => {
+            let reset_ms = if decision.allowed {
+                // Sliding windows never reset at once: the counts present
+                // now have all left the window after one window and one
+                // sub-bucket.
+                decision.limits.first().map_or(window_ms, |state| {
+                    let window = state.limit.window();
+                    window.window_ms() + window.bucket_ms()
+                })
+            } else {
+                // The exact wait until the same request would be admitted.
+                decision.retry_after_ms.unwrap_or(window_ms)
+            };
+            let remaining = if decision.allowed {
+                u32::try_from(decision.remaining()).unwrap_or(u32::MAX)
+            } else {
+                0
+            };
+            (decision.allowed, remaining, reset_ms)
+        }
+    };
+    let code = if allowed || rule.shadow_mode {
+        Code::Ok
+    } else {
+        Code::OverLimit
+    };
+    DescriptorStatus {
+        code: code.into(),
+        current_limit,
+        limit_remaining: remaining,
+        duration_until_reset: Some(prost_types::Duration {
+            seconds: (reset_ms / 1000) as i64,
+            nanos: ((reset_ms % 1000) * 1_000_000) as i32,
+        }),
+        quota: None,
+    }
+}

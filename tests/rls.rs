@@ -1,0 +1,597 @@
+//! Envoy RLS end to end with tonic's client: the real gRPC server on a port-0
+//! listener over the shared limiter, on the in-memory store and on a real
+//! memcached. The semantics are envoyproxy/ratelimit's (src/service/ratelimit.go,
+//! src/config/config_impl.go); where slidegate differs on purpose, the test
+//! says so.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use slidegate::config::AuthConfig;
+use slidegate::server::rls::pb::envoy::extensions::common::ratelimit::v3::{
+    RateLimitDescriptor, rate_limit_descriptor::Entry,
+};
+use slidegate::server::rls::pb::envoy::service::ratelimit::v3::{
+    RateLimitRequest, RateLimitResponse, rate_limit_response::Code,
+    rate_limit_service_client::RateLimitServiceClient,
+};
+use slidegate::server::rls::{self, Rls, RuleSet};
+use slidegate::server::{self, App};
+use slidegate::{AnyStore, Limiter, ManualClock, MemoryStore};
+use tokio::sync::oneshot;
+use tonic::transport::Channel;
+
+const CONFIG: &str = r#"
+domain: test
+descriptors:
+  # key + value before key alone
+  - key: client
+    rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: client
+    value: vip
+    rate_limit: {unit: minute, requests_per_unit: 10, name: vip}
+  # a value without rate_limit whitelists it
+  - key: client
+    value: trusted
+  - key: path
+    descriptors:
+      - key: method
+        rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: shadowed
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: free
+    rate_limit: {unlimited: true}
+  - key: banned
+    rate_limit: {unit: minute, requests_per_unit: 0, name: banned_rule}
+  - key: unban
+    rate_limit:
+      unit: minute
+      requests_per_unit: 2
+      replaces: [{name: banned_rule}]
+  - key: one
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: five
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: prefix
+    value: "files*"
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: every
+    rate_limit: {unit: second, requests_per_unit: 2, unit_multiplier: 30, precision: 3}
+"#;
+
+struct TestRls {
+    addr: SocketAddr,
+    app: Arc<App>,
+    clock: ManualClock,
+    stop: Option<oneshot::Sender<()>>,
+}
+
+impl Drop for TestRls {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+impl TestRls {
+    async fn start(store: AnyStore, config: &str) -> TestRls {
+        // Mid-minute, so no window boundary falls inside a test.
+        let clock = ManualClock::new(common::today_ms() + 30_000);
+        let limiter = Limiter::builder(store)
+            .clock(clock.clone())
+            .timeout(Duration::from_millis(500))
+            .build();
+        let mut rules = RuleSet::default();
+        rules.add_file("test.yaml", config).unwrap();
+        let app = Arc::new(App::new(limiter, [], AuthConfig::default()).with_rls(Rls::new(rules)));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        tokio::spawn(rls::serve(listener, app.clone(), async {
+            let _ = stopped.await;
+        }));
+        TestRls {
+            addr,
+            app,
+            clock,
+            stop: Some(stop),
+        }
+    }
+
+    async fn client(&self) -> RateLimitServiceClient<Channel> {
+        client(self.addr).await
+    }
+}
+
+/// A tonic client on its own HTTP/2 connection.
+pub async fn client(addr: SocketAddr) -> RateLimitServiceClient<Channel> {
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect_timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .unwrap();
+    RateLimitServiceClient::new(channel)
+}
+
+fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        entries: entries
+            .iter()
+            .map(|(key, value)| Entry {
+                key: (*key).to_owned(),
+                value: (*value).to_owned(),
+            })
+            .collect(),
+        ..RateLimitDescriptor::default()
+    }
+}
+
+fn request(domain: &str, descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: domain.to_owned(),
+        descriptors,
+        hits_addend: 0,
+    }
+}
+
+async fn ask(
+    client: &mut RateLimitServiceClient<Channel>,
+    request: RateLimitRequest,
+) -> RateLimitResponse {
+    client
+        .should_rate_limit(request)
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+/// The codes of one request: overall, then per descriptor.
+async fn codes(
+    client: &mut RateLimitServiceClient<Channel>,
+    request: RateLimitRequest,
+) -> (Code, Vec<Code>) {
+    let response = ask(client, request).await;
+    (
+        response.overall_code(),
+        response
+            .statuses
+            .iter()
+            .map(|status| status.code())
+            .collect(),
+    )
+}
+
+fn memory() -> AnyStore {
+    AnyStore::Memory(MemoryStore::new())
+}
+
+async fn memcached() -> AnyStore {
+    AnyStore::Memcached(common::memcached_store().await)
+}
+
+#[tokio::test]
+async fn key_value_is_tried_before_key_and_each_descriptor_counts_apart() {
+    let rls = TestRls::start(memory(), CONFIG).await;
+    let mut client = rls.client().await;
+    for client_id in ["a", "b"] {
+        for expected in [Code::Ok, Code::Ok, Code::Ok, Code::OverLimit] {
+            let response = ask(
+                &mut client,
+                request("test", vec![descriptor(&[("client", client_id)])]),
+            )
+            .await;
+            assert_eq!(response.overall_code(), expected, "client {client_id}");
+            let status = &response.statuses[0];
+            let limit = status.current_limit.as_ref().unwrap();
+            assert_eq!(
+                (limit.requests_per_unit, limit.unit),
+                (3, 2),
+                "3 per MINUTE"
+            );
+        }
+    }
+    let vip = ask(
+        &mut client,
+        request("test", vec![descriptor(&[("client", "vip")])]),
+    )
+    .await;
+    let status = &vip.statuses[0];
+    assert_eq!(status.code(), Code::Ok);
+    assert_eq!(status.limit_remaining, 9);
+    assert_eq!(status.current_limit.as_ref().unwrap().name, "vip");
+    assert!(status.duration_until_reset.is_some());
+
+    // Whitelisted: a key + value entry without rate_limit.
+    for _ in 0..5 {
+        let response = ask(
+            &mut client,
+            request("test", vec![descriptor(&[("client", "trusted")])]),
+        )
+        .await;
+        assert_eq!(response.overall_code(), Code::Ok);
+        assert_eq!(response.statuses[0].current_limit, None);
+    }
+}
+
+#[tokio::test]
+async fn a_limit_applies_at_the_last_entry_only() {
+    let rls = TestRls::start(memory(), CONFIG).await;
+    let mut client = rls.client().await;
+    let nested = || {
+        request(
+            "test",
+            vec![descriptor(&[("path", "/a"), ("method", "GET")])],
+        )
+    };
+    assert_eq!(codes(&mut client, nested()).await.0, Code::Ok);
+    assert_eq!(codes(&mut client, nested()).await.0, Code::Ok);
+    assert_eq!(codes(&mut client, nested()).await.0, Code::OverLimit);
+    // The path alone has no rule; a deeper descriptor than the config has none either.
+    for entries in [
+        vec![("path", "/a")],
+        vec![("path", "/a"), ("method", "GET"), ("extra", "x")],
+        vec![("nothing", "here")],
+    ] {
+        let response = ask(&mut client, request("test", vec![descriptor(&entries)])).await;
+        assert_eq!(response.overall_code(), Code::Ok, "{entries:?}");
+        assert_eq!(response.statuses[0].current_limit, None, "{entries:?}");
+    }
+    // An unknown domain is OK with no limit.
+    let response = ask(
+        &mut client,
+        request("elsewhere", vec![descriptor(&[("client", "a")])]),
+    )
+    .await;
+    assert_eq!(response.overall_code(), Code::Ok);
+    assert_eq!(response.statuses[0].current_limit, None);
+}
+
+#[tokio::test]
+async fn shadow_unlimited_refused_and_replaced_rules() {
+    let rls = TestRls::start(memory(), CONFIG).await;
+    let mut client = rls.client().await;
+    // Shadow mode: over the limit, still OK, remaining 0.
+    ask(
+        &mut client,
+        request("test", vec![descriptor(&[("shadowed", "x")])]),
+    )
+    .await;
+    let response = ask(
+        &mut client,
+        request("test", vec![descriptor(&[("shadowed", "x")])]),
+    )
+    .await;
+    assert_eq!(response.overall_code(), Code::Ok);
+    assert_eq!(response.statuses[0].code(), Code::Ok);
+    assert_eq!(response.statuses[0].limit_remaining, 0);
+
+    let response = ask(
+        &mut client,
+        request("test", vec![descriptor(&[("free", "x")])]),
+    )
+    .await;
+    assert_eq!(response.statuses[0].code(), Code::Ok);
+    assert_eq!(response.statuses[0].limit_remaining, u32::MAX);
+
+    let banned = || descriptor(&[("banned", "x")]);
+    assert_eq!(
+        codes(&mut client, request("test", vec![banned()])).await,
+        (Code::OverLimit, vec![Code::OverLimit])
+    );
+    // `unban` replaces banned_rule: it neither decides nor counts.
+    let both = || request("test", vec![banned(), descriptor(&[("unban", "x")])]);
+    assert_eq!(
+        codes(&mut client, both()).await,
+        (Code::Ok, vec![Code::Ok, Code::Ok])
+    );
+    assert_eq!(
+        codes(&mut client, both()).await,
+        (Code::Ok, vec![Code::Ok, Code::Ok])
+    );
+    assert_eq!(
+        codes(&mut client, both()).await,
+        (Code::OverLimit, vec![Code::Ok, Code::OverLimit])
+    );
+}
+
+#[tokio::test]
+async fn statuses_come_in_request_order_and_any_over_limit_refuses_the_request() {
+    let rls = TestRls::start(memory(), CONFIG).await;
+    let mut client = rls.client().await;
+    let mixed = || {
+        request(
+            "test",
+            vec![
+                descriptor(&[("nothing", "x")]),
+                descriptor(&[("one", "x")]),
+                descriptor(&[("free", "x")]),
+            ],
+        )
+    };
+    assert_eq!(
+        codes(&mut client, mixed()).await,
+        (Code::Ok, vec![Code::Ok, Code::Ok, Code::Ok])
+    );
+    let response = ask(&mut client, mixed()).await;
+    assert_eq!(response.overall_code(), Code::OverLimit);
+    assert_eq!(
+        response
+            .statuses
+            .iter()
+            .map(|s| s.code())
+            .collect::<Vec<_>>(),
+        [Code::Ok, Code::OverLimit, Code::Ok]
+    );
+    assert_eq!(response.statuses[1].limit_remaining, 0);
+    assert_eq!(response.statuses[2].limit_remaining, u32::MAX);
+    // OVER_LIMIT's reset is the exact wait: the rest of this minute and the
+    // next one's decay (mid-minute, 1 of 1 counted: 30 + 60 s).
+    let reset = response.statuses[1].duration_until_reset.unwrap();
+    assert_eq!(reset.seconds, 90);
+}
+
+/// slidegate decides a request's descriptors together: one that is over its
+/// limit refuses the request, and then none of them is counted.
+/// envoyproxy/ratelimit counts every descriptor of every request (rejected
+/// ones included, unless STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT is set, and
+/// even then a descriptor under its limit is counted when another refuses the
+/// request), so there the `five` counter below would stand at 4, not 1.
+#[tokio::test]
+async fn a_refused_request_is_counted_by_no_descriptor() {
+    for (name, store) in [("memory", memory()), ("memcached", memcached().await)] {
+        let rls = TestRls::start(store, CONFIG).await;
+        let mut client = rls.client().await;
+        let both = || {
+            request(
+                "test",
+                vec![descriptor(&[("five", "k")]), descriptor(&[("one", "k")])],
+            )
+        };
+        assert_eq!(codes(&mut client, both()).await.0, Code::Ok);
+        for _ in 0..3 {
+            let response = ask(&mut client, both()).await;
+            assert_eq!(
+                response.overall_code(),
+                Code::OverLimit,
+                "{name}: {response:?} {:?}",
+                rls.app.limiter().metrics()
+            );
+            assert_eq!(
+                response.statuses[0].code(),
+                Code::Ok,
+                "five alone would pass"
+            );
+            assert_eq!(
+                response.statuses[0].limit_remaining, 4,
+                "and was not counted"
+            );
+        }
+        // `five` was counted once: four more pass alone.
+        let five = || request("test", vec![descriptor(&[("five", "k")])]);
+        for _ in 0..4 {
+            assert_eq!(codes(&mut client, five()).await.0, Code::Ok);
+        }
+        assert_eq!(codes(&mut client, five()).await.0, Code::OverLimit);
+    }
+}
+
+#[tokio::test]
+async fn hits_addend_is_the_cost_and_zero_per_descriptor_only_checks() {
+    let rls = TestRls::start(memory(), CONFIG).await;
+    let mut client = rls.client().await;
+    let mut heavy = request("test", vec![descriptor(&[("five", "h")])]);
+    heavy.hits_addend = 3;
+    let response = ask(&mut client, heavy.clone()).await;
+    assert_eq!(response.statuses[0].limit_remaining, 2);
+    assert_eq!(
+        codes(&mut client, heavy).await.0,
+        Code::OverLimit,
+        "3 + 3 > 5"
+    );
+
+    // Per descriptor, hits_addend overrides the request's; 0 counts nothing.
+    let mut per_descriptor = descriptor(&[("five", "h")]);
+    per_descriptor.hits_addend = Some(0);
+    let mut check_only = request("test", vec![per_descriptor.clone()]);
+    check_only.hits_addend = 5;
+    for _ in 0..3 {
+        let response = ask(&mut client, check_only.clone()).await;
+        assert_eq!(response.overall_code(), Code::Ok);
+        assert_eq!(response.statuses[0].limit_remaining, 2);
+    }
+    per_descriptor.hits_addend = Some(2);
+    let response = ask(&mut client, request("test", vec![per_descriptor])).await;
+    assert_eq!(response.statuses[0].limit_remaining, 0);
+}
+
+#[tokio::test]
+async fn extensions_wildcards_and_overrides() {
+    let rls = TestRls::start(memory(), CONFIG).await;
+    let mut client = rls.client().await;
+    // 2 per 30 s (unit_multiplier), in 3 sub-buckets of 10 s.
+    let every = || request("test", vec![descriptor(&[("every", "x")])]);
+    let response = ask(&mut client, every()).await;
+    assert_eq!(response.statuses[0].limit_remaining, 1);
+    assert_eq!(
+        response.statuses[0].duration_until_reset.unwrap().seconds,
+        40
+    );
+    assert_eq!(codes(&mut client, every()).await.0, Code::Ok);
+    assert_eq!(codes(&mut client, every()).await.0, Code::OverLimit);
+    rls.clock.advance(Duration::from_secs(40));
+    assert_eq!(
+        codes(&mut client, every()).await.0,
+        Code::Ok,
+        "the window slid"
+    );
+
+    // A wildcard value: each matching value has its own counter.
+    for value in ["files/a", "files/b"] {
+        let one = || request("test", vec![descriptor(&[("prefix", value)])]);
+        assert_eq!(codes(&mut client, one()).await.0, Code::Ok, "{value}");
+        assert_eq!(
+            codes(&mut client, one()).await.0,
+            Code::OverLimit,
+            "{value}"
+        );
+    }
+    let other = request("test", vec![descriptor(&[("prefix", "other")])]);
+    assert_eq!(
+        ask(&mut client, other).await.statuses[0].current_limit,
+        None
+    );
+
+    // A limit override sent by Envoy replaces the configured limit.
+    let mut overridden = descriptor(&[("client", "o")]);
+    overridden.limit = Some(
+        slidegate::server::rls::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride {
+            requests_per_unit: 1,
+            unit: 4,
+        },
+    );
+    let response = ask(&mut client, request("test", vec![overridden.clone()])).await;
+    assert_eq!(response.statuses[0].current_limit.as_ref().unwrap().unit, 4);
+    assert_eq!(
+        codes(&mut client, request("test", vec![overridden]))
+            .await
+            .0,
+        Code::OverLimit
+    );
+}
+
+#[tokio::test]
+async fn bad_requests_are_invalid_argument_naming_the_field() {
+    let rls = TestRls::start(memory(), CONFIG).await;
+    let mut client = rls.client().await;
+    let mut too_many = descriptor(&[("five", "x")]);
+    too_many.hits_addend = Some(u64::MAX);
+    let mut bad_unit = descriptor(&[("five", "x")]);
+    bad_unit.limit = Some(
+        slidegate::server::rls::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride {
+            requests_per_unit: 1,
+            unit: 99,
+        },
+    );
+    let cases = [
+        (request("", vec![descriptor(&[("a", "b")])]), "domain"),
+        (request("test", vec![]), "descriptors"),
+        (
+            request("test", vec![descriptor(&[])]),
+            "descriptors[0].entries",
+        ),
+        (
+            request("test", vec![descriptor(&[("a", "b"), ("", "c")])]),
+            "descriptors[0].entries[1].key",
+        ),
+        (
+            request("test", vec![descriptor(&[("a", "b")]), too_many]),
+            "descriptors[1].hits_addend",
+        ),
+        (request("test", vec![bad_unit]), "descriptors[0].limit.unit"),
+    ];
+    for (request, field) in cases {
+        let status = client.should_rate_limit(request).await.unwrap_err();
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{field}");
+        assert!(
+            status.message().starts_with(&format!("{field}: ")),
+            "{field}: {}",
+            status.message()
+        );
+    }
+    // Any bytes in keys and values are fine: they never reach the store.
+    let odd = request(
+        "test",
+        vec![descriptor(&[
+            ("client", "a b\n\u{0}\u{1F600}"),
+            ("x", &"v".repeat(10_000)),
+        ])],
+    );
+    assert_eq!(codes(&mut client, odd).await.0, Code::Ok);
+}
+
+/// 100 concurrent calls on one descriptor with a limit of 5, from 4 HTTP/2
+/// connections, on a real memcached: exactly 5 pass. Then the near-cache
+/// answers the hot key without the store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_calls_admit_exactly_the_limit() {
+    let rls = TestRls::start(memcached().await, CONFIG).await;
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        clients.push(rls.client().await);
+    }
+    let mut calls = tokio::task::JoinSet::new();
+    for index in 0..100 {
+        let mut client = clients[index % 4].clone();
+        calls.spawn(async move {
+            let request = request("test", vec![descriptor(&[("five", "hot")])]);
+            client
+                .should_rate_limit(request)
+                .await
+                .map(|r| r.into_inner().overall_code())
+        });
+    }
+    let mut ok = 0;
+    while let Some(result) = calls.join_next().await {
+        if result.unwrap().unwrap() == Code::Ok {
+            ok += 1;
+        }
+    }
+    assert_eq!(ok, 5);
+
+    let before = rls.app.limiter().metrics();
+    for _ in 0..10 {
+        let response = ask(
+            &mut clients[0],
+            request("test", vec![descriptor(&[("five", "hot")])]),
+        )
+        .await;
+        assert_eq!(response.overall_code(), Code::OverLimit);
+    }
+    let after = rls.app.limiter().metrics();
+    assert_eq!(
+        after.store_calls, before.store_calls,
+        "hot rejects cost no round trip"
+    );
+    assert_eq!(after.near_cache_hits() - before.near_cache_hits(), 10);
+}
+
+#[tokio::test]
+async fn metrics_count_per_domain_and_rule() {
+    let rls = TestRls::start(memory(), CONFIG).await;
+    let mut client = rls.client().await;
+    for value in ["a", "b", "c"] {
+        ask(
+            &mut client,
+            request("test", vec![descriptor(&[("one", value)])]),
+        )
+        .await;
+        ask(
+            &mut client,
+            request("test", vec![descriptor(&[("one", value)])]),
+        )
+        .await;
+    }
+    let http = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = http.local_addr().unwrap();
+    tokio::spawn(server::serve(http, rls.app.clone(), std::future::pending()));
+    let page = common::http::get(addr, "/metrics").await.body;
+    for line in [
+        r#"slidegate_rls_hits_total{domain="test",rule="test.one",result="total_hits"} 6"#,
+        r#"slidegate_rls_hits_total{domain="test",rule="test.one",result="within_limit"} 3"#,
+        r#"slidegate_rls_hits_total{domain="test",rule="test.one",result="over_limit"} 3"#,
+        r#"slidegate_rls_hits_total{domain="test",rule="vip",result="total_hits"} 0"#,
+        r#"slidegate_rls_requests_total{outcome="answered"} 6"#,
+    ] {
+        assert!(page.contains(line), "{line} not in\n{page}");
+    }
+    assert!(
+        !page.contains("\"a\""),
+        "request values never become labels"
+    );
+}
