@@ -131,13 +131,18 @@ pub fn summary(outcomes: &[Outcome]) -> String {
             &straddle.tallies[2],
             &straddle.tallies[3],
         );
+        let ratio = if p1.most_over > 0 && fixed.most_over > 0 {
+            format!(
+                " ({:.1}x smaller)",
+                fixed.most_over as f64 / p1.most_over as f64
+            )
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             out,
-            "- Straddling bursts, worst over-admission in any window: fixed window {:+}, precision 1 {:+} ({:.1}x smaller), precision 10 {:+}.",
-            fixed.most_over,
-            p1.most_over,
-            fixed.most_over as f64 / p1.most_over.max(1) as f64,
-            p10.most_over,
+            "- Straddling bursts, worst over-admission in any window: fixed window {:+}, precision 1 {:+}{ratio}, precision 10 {:+}.",
+            fixed.most_over, p1.most_over, p10.most_over,
         );
     }
     let changed: u64 = outcomes
