@@ -12,6 +12,7 @@
 //! `--scale` multiplies every trace's duration (1 = the published traces,
 //! about 22 million requests in all, 11.7 million in `attack`).
 
+mod catalogue;
 mod judge;
 mod plot;
 mod replay;
@@ -26,7 +27,7 @@ use slidegate::{MemcachedOptions, MemcachedStore, MemoryStore};
 
 use replay::{Outcome, Sample, Watch};
 
-use trace::{Trace, catalogue};
+use trace::Trace;
 
 /// The plot follows this trace's first client over its first 10 minutes.
 const PLOTTED_TRACE: &str = "steady-110";
