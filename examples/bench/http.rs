@@ -165,6 +165,7 @@ pub fn wrk(server: &Server, load: &Load) -> Row {
         p999,
         commands_per_call: None,
         peak_rss_kib: None,
+        cpu_us_per_call: None,
         unexpected: (unexpected + socket_errors) as u64,
     }
 }
@@ -184,10 +185,13 @@ pub fn python_limits(memcached: &str, checks: u64) -> Option<Row> {
     let stdout = child.stdout.take()?;
     let mut result = None;
     let mut peak = None;
+    let (mut cpu_before, mut cpu_after) = (None, None);
     for line in BufReader::new(stdout).lines().map_while(Result::ok) {
         if line == "READY" {
             crate::measure::reset_peak_rss(pid);
+            cpu_before = crate::measure::process_cpu(pid);
         } else if let Some(rest) = line.strip_prefix("RESULT ") {
+            cpu_after = crate::measure::process_cpu(pid);
             peak = crate::measure::peak_rss_kib(pid);
             result = Some(rest.to_owned());
         }
@@ -214,6 +218,7 @@ pub fn python_limits(memcached: &str, checks: u64) -> Option<Row> {
         p999,
         commands_per_call: None,
         peak_rss_kib: peak,
+        cpu_us_per_call: crate::cpu_per_call(cpu_before, cpu_after, calls as u64),
         unexpected: 0,
     })
 }

@@ -20,7 +20,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use measure::{Row, histogram, item_commands, memcached_stats, peak_rss_kib, reset_peak_rss};
+use measure::{
+    Row, histogram, item_commands, memcached_stats, peak_rss_kib, process_cpu, reset_peak_rss,
+};
 use memcache::exp::{Arithmetic, AsyncMetaClient, Get, Op};
 use slidegate::{Limit, Limiter, MemcachedOptions, MemcachedStore, Policy};
 
@@ -36,6 +38,8 @@ struct Args {
     connections: usize,
     /// Only the ceilings and the library phases (for a quick look).
     library_only: bool,
+    /// Callers of the library phases.
+    callers: Vec<usize>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -47,6 +51,7 @@ fn parse_args() -> Result<Args, String> {
         memory_keys: 1_000_000,
         connections: slidegate::MemcachedOptions::default().connections,
         library_only: false,
+        callers: vec![1, 16, 64, 256],
     };
     let mut given = std::env::args().skip(1);
     while let Some(flag) = given.next() {
@@ -64,6 +69,12 @@ fn parse_args() -> Result<Args, String> {
                     .map_err(|e| format!("--connections: {e}"))?
             }
             "--library-only" => args.library_only = true,
+            "--callers" => {
+                args.callers = value()?
+                    .split(',')
+                    .map(|n| n.parse().map_err(|e| format!("--callers: {e}")))
+                    .collect::<Result<_, _>>()?
+            }
             "--memory-keys" => {
                 args.memory_keys = value()?
                     .parse()
@@ -136,7 +147,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         vec![Limit::new(1_000_000_000_000, 60_000, 1)?],
     )?);
     let mut library = Vec::new();
-    for callers in [1usize, 16, 64, 256] {
+    for &callers in &args.callers {
         let row = measured(
             mc,
             me,
@@ -145,8 +156,12 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         .await;
         library.push(row);
     }
-    let library_p99_256 = library[3].p99;
-    for (row, callers) in library.into_iter().zip([1usize, 16, 64, 256]) {
+    let library_p99_256 = args
+        .callers
+        .iter()
+        .position(|&callers| callers == 256)
+        .map_or(f64::NAN, |at| library[at].p99);
+    for (row, &callers) in library.into_iter().zip(&args.callers) {
         let ratio = match callers {
             1 => ("memcache crate, 1 caller", row.rate() / crate_rates[0]),
             16 => ("1/RT ceiling", row.rate() / one_per_rt_rate),
@@ -316,7 +331,9 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
 async fn measured(mc: &str, pid: u32, phase: impl Future<Output = Row>) -> Row {
     let before = item_commands(&memcached_stats(mc));
     reset_peak_rss(pid);
+    let cpu_before = process_cpu(pid);
     let mut row = phase.await;
+    row.cpu_us_per_call = cpu_per_call(cpu_before, process_cpu(pid), row.calls);
     row.peak_rss_kib = peak_rss_kib(pid);
     let after = item_commands(&memcached_stats(mc));
     row.commands_per_call = Some((after - before) as f64 / row.calls.max(1) as f64);
@@ -333,12 +350,19 @@ async fn measured(mc: &str, pid: u32, phase: impl Future<Output = Row>) -> Row {
 fn http_phase(mc: &str, server: &http::Server, load: &http::Load) -> Row {
     let before = item_commands(&memcached_stats(mc));
     reset_peak_rss(server.pid());
+    let cpu_before = process_cpu(server.pid());
     let mut row = http::wrk(server, load);
+    row.cpu_us_per_call = cpu_per_call(cpu_before, process_cpu(server.pid()), row.calls);
     row.peak_rss_kib = peak_rss_kib(server.pid());
     let after = item_commands(&memcached_stats(mc));
     row.commands_per_call = Some((after - before) as f64 / row.calls.max(1) as f64);
     eprintln!("{:<45} {:>10.0} checks/s", row.name, row.rate());
     row
+}
+
+fn cpu_per_call(before: Option<Duration>, after: Option<Duration>, calls: u64) -> Option<f64> {
+    let spent = after?.checked_sub(before?)?;
+    Some(spent.as_secs_f64() * 1e6 / calls.max(1) as f64)
 }
 
 /// `callers` tasks calling `check` until `total` calls or `limit`.
