@@ -12,18 +12,24 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use smallvec::SmallVec;
+
 use crate::clock::{Clock, SystemClock};
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::near_cache::{NearCache, NearKey, Seen};
 use crate::policy::{Limit, MAX_AMOUNT, Policy};
 use crate::store::{
-    BatchCounts, CounterBatch, CounterKey, KeyDigest, MemoryStore, Store, StoreError,
+    BatchCounts, CounterBatch, CounterKey, Counters, KeyDigest, MemoryStore, Store, StoreError,
 };
 use crate::window::{self, Counting, LimitState, Verdict};
 
 // Several items decided as one request (Envoy RLS descriptors).
 mod together;
 pub use together::Item;
+
+/// One limit's counters before a request, oldest first: inline up to
+/// precision 7, so a check allocates none for them.
+pub(crate) type Counts = SmallVec<[u64; 8]>;
 
 /// The longest key accepted, in bytes.
 pub const MAX_KEY_BYTES: usize = 1024;
@@ -194,7 +200,7 @@ impl<S: Store> LimiterBuilder<S> {
 /// manual clock gets that close to 1970): they are not read, and count 0.
 struct Layout {
     before_epoch: usize,
-    older: Vec<CounterKey>,
+    older: Counters,
     current: CounterKey,
 }
 
@@ -206,7 +212,7 @@ fn layout(digest: KeyDigest, limit: &Limit, now_ms: u64) -> Layout {
         window,
         bucket,
     };
-    let older: Vec<CounterKey> = (1..=u64::from(window.precision()))
+    let older: Counters = (1..=u64::from(window.precision()))
         .rev()
         .filter_map(|back| current.checked_sub(back).map(counter))
         .collect();
@@ -352,8 +358,8 @@ impl<S: Store> Limiter<S> {
     /// `cost` to the current ones (or, when nothing is counted, read them).
     fn batch(layouts: &[Layout], cost: u64, counting: Counting, now_ms: u64) -> CounterBatch {
         let mut batch = CounterBatch {
-            reads: Vec::new(),
-            adds: Vec::new(),
+            reads: Counters::new(),
+            adds: Counters::new(),
             amount: cost,
             now_ms,
         };
@@ -370,18 +376,14 @@ impl<S: Store> Limiter<S> {
 
     /// Each limit's counts before this request (oldest first), from what a
     /// batch found.
-    fn counts_before(
-        layouts: &[Layout],
-        batch: &CounterBatch,
-        found: BatchCounts,
-    ) -> Vec<Vec<u64>> {
+    fn counts_before(layouts: &[Layout], batch: &CounterBatch, found: BatchCounts) -> Vec<Counts> {
         let mut reads = found.read.into_iter();
         let mut added = found.added.into_iter();
         let adding = !batch.adds.is_empty();
         layouts
             .iter()
             .map(|layout| {
-                let mut counts = vec![0; layout.before_epoch];
+                let mut counts: Counts = smallvec::smallvec![0; layout.before_epoch];
                 counts.extend(reads.by_ref().take(layout.older.len()));
                 counts.push(if adding {
                     // The value after our addition, less our own cost: what
@@ -433,7 +435,7 @@ impl<S: Store> Limiter<S> {
         &self,
         near_key: NearKey,
         policy: &Policy,
-        counts: &[Vec<u64>],
+        counts: &[Counts],
         after_rollback: Option<Vec<Option<u64>>>,
         cost: u64,
         now_ms: u64,
@@ -444,7 +446,7 @@ impl<S: Store> Limiter<S> {
             .zip(counts)
             .enumerate()
             .map(|(index, (limit, counts))| {
-                let mut bounds = counts.clone();
+                let mut bounds = counts.to_vec();
                 let ceiling = window::current_ceiling(*limit, counts, now_ms);
                 let rolled_back = after_rollback
                     .as_ref()

@@ -16,6 +16,7 @@
 //! the boundary, and the retry time is exact to the millisecond.
 
 use crate::policy::{Limit, Window};
+use smallvec::SmallVec;
 
 /// A window estimate, exact: `scaled / bucket_ms` requests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -190,9 +191,9 @@ pub fn smallest_remaining(limits: &[LimitState]) -> u64 {
 
 /// Decide a request of `cost` at `now_ms` against `limits`, given each
 /// limit's counters before the request (`counts[i]` for `limits[i]`).
-pub fn decide(
+pub fn decide<C: AsRef<[u64]>>(
     limits: &[Limit],
-    counts: &[Vec<u64>],
+    counts: &[C],
     now_ms: u64,
     cost: u64,
     counting: Counting,
@@ -200,7 +201,7 @@ pub fn decide(
     let allowed = limits
         .iter()
         .zip(counts)
-        .all(|(limit, counts)| admits(*limit, counts, now_ms, cost));
+        .all(|(limit, counts)| admits(*limit, counts.as_ref(), now_ms, cost));
     let counted = match counting {
         Counting::IfAdmitted => allowed,
         Counting::Never => false,
@@ -209,7 +210,8 @@ pub fn decide(
     let mut wait = Some(0);
     let mut states = Vec::with_capacity(limits.len());
     for (limit, counts) in limits.iter().zip(counts) {
-        let mut after = counts.clone();
+        // Inline up to precision 7: no allocation per limit.
+        let mut after = SmallVec::<[u64; 8]>::from_slice(counts.as_ref());
         if counted && let Some(current) = after.last_mut() {
             *current = current.saturating_add(cost);
         }

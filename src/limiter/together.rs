@@ -168,7 +168,7 @@ impl<S: Store> Limiter<S> {
             }
             return Err(error);
         }
-        let counts_by_group: Vec<Vec<Vec<u64>>> = counts_by_group.into_iter().flatten().collect();
+        let counts_by_group: Vec<Vec<Counts>> = counts_by_group.into_iter().flatten().collect();
 
         let verdicts: Vec<Vec<Verdict>> = groups
             .iter()
@@ -273,8 +273,8 @@ impl Group {
     fn split<'c>(
         &self,
         items: &[Item<'_>],
-        counts: &'c [Vec<u64>],
-    ) -> impl Iterator<Item = (usize, &'c [Vec<u64>])> {
+        counts: &'c [Counts],
+    ) -> impl Iterator<Item = (usize, &'c [Counts])> {
         let mut start = 0;
         let ends: Vec<(usize, usize, usize)> = self
             .items

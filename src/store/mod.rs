@@ -9,6 +9,8 @@
 use std::fmt;
 use std::future::Future;
 
+use smallvec::SmallVec;
+
 use crate::policy::Window;
 
 #[cfg(feature = "memcached")]
@@ -100,8 +102,8 @@ pub const DEFAULT_CONNECTIONS: usize = 2;
 /// time (absolute Memcached expiry, in-memory expiry).
 #[derive(Clone, Debug)]
 pub struct CounterBatch {
-    pub reads: Vec<CounterKey>,
-    pub adds: Vec<CounterKey>,
+    pub reads: Counters,
+    pub adds: Counters,
     pub amount: u64,
     pub now_ms: u64,
 }
@@ -110,9 +112,15 @@ pub struct CounterBatch {
 /// and `added[i]`, the value of `adds[i]` right after the addition.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BatchCounts {
-    pub read: Vec<u64>,
-    pub added: Vec<u64>,
+    pub read: Values,
+    pub added: Values,
 }
+
+/// Counters of one call: a few per limit, inline up to four (one limit at
+/// precision 3, or two limits at precision 1) so most checks allocate none.
+pub type Counters = SmallVec<[CounterKey; 4]>;
+/// Values of one call's counters, inline like [`Counters`].
+pub type Values = SmallVec<[u64; 4]>;
 
 /// A counter store. Additions are atomic per counter, so concurrent callers
 /// each see a distinct value after their addition.

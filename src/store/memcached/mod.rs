@@ -24,7 +24,8 @@ use std::time::Duration;
 use self::conn::{Commands, Delivery, Node, Settings};
 use self::wire::{Command, Reply};
 use super::{
-    BatchCounts, CounterBatch, CounterKey, DEFAULT_CONNECTIONS, Store, StoreError, bucket_ttl_secs,
+    BatchCounts, CounterBatch, CounterKey, DEFAULT_CONNECTIONS, Store, StoreError, Values,
+    bucket_ttl_secs,
 };
 use crate::policy::{PLAIN_NAME_RULE, is_plain_name};
 
@@ -144,8 +145,8 @@ impl Store for MemcachedStore {
             (None, Some(_)) => self.node_of(&batch.adds)?,
             (None, None) => {
                 return Ok(BatchCounts {
-                    read: Vec::new(),
-                    added: Vec::new(),
+                    read: Values::new(),
+                    added: Values::new(),
                 });
             }
         };
