@@ -15,6 +15,8 @@ use crate::measure::Row;
 pub struct Server {
     child: Child,
     pub addr: SocketAddr,
+    /// Envoy RLS gRPC, when served (slidegate only).
+    pub rls_addr: Option<SocketAddr>,
 }
 
 impl Server {
@@ -48,10 +50,18 @@ fn wait_listening(addr: SocketAddr, child: &mut Child) {
     }
 }
 
-/// `slidegate` on Memcached, with a roomy and a tight policy.
+/// `slidegate` on Memcached, with a roomy and a tight policy, and Envoy
+/// RLS serving a roomy `bench` domain.
 pub fn start_slidegate(binary: &Path, memcached: &str, namespace: &str) -> Server {
     let addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let rls_addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
     let config = std::env::temp_dir().join(format!("slidegate-bench-{}.toml", std::process::id()));
+    let rules = std::env::temp_dir().join(format!("slidegate-bench-{}.yaml", std::process::id()));
+    std::fs::write(
+        &rules,
+        "domain: bench\ndescriptors:\n  - key: client\n    rate_limit:\n      unit: minute\n      requests_per_unit: 4000000000\n",
+    )
+    .expect("write the bench RLS rules");
     std::fs::write(
         &config,
         format!(
@@ -70,7 +80,12 @@ limits = [{{ limit = 1000000000000, window = "1m" }}]
 
 [policies.tight]
 limits = [{{ limit = 1, window = "1m" }}]
-"#
+
+[rls]
+listen = "{rls_addr}"
+config = "{rules}"
+"#,
+            rules = rules.display()
         ),
     )
     .expect("write the bench config");
@@ -83,7 +98,12 @@ limits = [{{ limit = 1, window = "1m" }}]
         .spawn()
         .unwrap_or_else(|error| panic!("start {}: {error}", binary.display()));
     wait_listening(addr, &mut child);
-    Server { child, addr }
+    wait_listening(rls_addr, &mut child);
+    Server {
+        child,
+        addr,
+        rls_addr: Some(rls_addr),
+    }
 }
 
 /// This benchmark again, as the HTTP ceiling (`--echo-server`).
@@ -96,7 +116,11 @@ pub fn start_echo() -> Server {
         .spawn()
         .expect("start the echo server");
     wait_listening(addr, &mut child);
-    Server { child, addr }
+    Server {
+        child,
+        addr,
+        rls_addr: None,
+    }
 }
 
 /// Options of one wrk run, passed to `bench/check.lua` in its environment.

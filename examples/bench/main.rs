@@ -14,6 +14,7 @@
 mod http;
 mod measure;
 mod raw;
+mod rls;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -230,6 +231,18 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             ..hot
         },
     );
+    // Envoy's protocol on the same server, 64 callers like wrk's 64
+    // connections; its client runs in this process, so the CPU column is
+    // the server's.
+    let before = item_commands(&memcached_stats(mc));
+    reset_peak_rss(server.pid());
+    let cpu_before = process_cpu(server.pid());
+    let mut rls = rls::should_rate_limit(&server, 64, args.checks, limit).await;
+    rls.cpu_us_per_call = cpu_per_call(cpu_before, process_cpu(server.pid()), rls.calls);
+    rls.peak_rss_kib = peak_rss_kib(server.pid());
+    let after = item_commands(&memcached_stats(mc));
+    rls.commands_per_call = Some((after - before) as f64 / rls.calls.max(1) as f64);
+    eprintln!("{:<45} {:>10.0} checks/s", rls.name, rls.rate());
     drop(server);
 
     let python = http::python_limits(mc, (args.checks / 10).max(1000));
@@ -240,6 +253,8 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     table.push((echo_row, None));
     table.push((admitted, Some(("HTTP ceiling", admitted_rate / echo_rate))));
     table.push((hot, Some(("HTTP ceiling", hot_ratio))));
+    let rls_ratio = rls.rate() / admitted_rate;
+    table.push((rls, Some(("HTTP /v1/check admitted", rls_ratio))));
     if let Some(python) = python {
         table.push((python, None));
     } else {
