@@ -28,11 +28,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use smallvec::SmallVec;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 
+use super::dial::{Dialer, Stream};
 use super::wire::{self, Command, Reply};
 use crate::store::StoreError;
 
@@ -62,7 +62,6 @@ pub struct Settings {
     /// Requests that may wait in one connection's queue; past it a call
     /// fails at once, so the failure mode decides instead of a queue.
     pub queue_depth: usize,
-    pub connect_timeout: Duration,
     /// A reply this late drops the connection.
     pub stall_timeout: Duration,
 }
@@ -139,22 +138,36 @@ struct InFlight {
     ends_write: bool,
 }
 
+/// Where a node is: the address to dial and, over TLS, the name its
+/// certificate must carry.
+#[derive(Clone, Debug)]
+pub struct Target {
+    pub addr: String,
+    pub server_name: Option<String>,
+}
+
 /// The connections of one node.
 pub struct Node {
     queues: Box<[mpsc::Sender<Request>]>,
     next: AtomicUsize,
+    live: Arc<AtomicUsize>,
 }
 
 impl Node {
-    /// Start `settings.connections` connections to `addr`, dialled now and
-    /// redialled whenever they drop, until the node is dropped.
-    pub fn spawn(addr: String, settings: Arc<Settings>) -> Node {
+    /// Start `settings.connections` connections to `target`, dialled now
+    /// and redialled whenever they drop, until the node is dropped.
+    pub fn spawn(target: Target, settings: Arc<Settings>, dialer: Arc<Dialer>) -> Node {
+        let live = Arc::new(AtomicUsize::new(0));
         let queues = (0..settings.connections.max(1))
             .map(|_| {
                 let (sender, receiver) = mpsc::channel(settings.queue_depth.max(1));
                 tokio::spawn(supervise(
-                    addr.clone(),
-                    settings.clone(),
+                    Slot {
+                        target: target.clone(),
+                        settings: settings.clone(),
+                        dialer: dialer.clone(),
+                        live: live.clone(),
+                    },
                     receiver,
                     sender.downgrade(),
                 ));
@@ -164,7 +177,13 @@ impl Node {
         Node {
             queues,
             next: AtomicUsize::new(0),
+            live,
         }
+    }
+
+    /// Connections of this node that are up now.
+    pub fn live_connections(&self) -> usize {
+        self.live.load(Ordering::Relaxed)
     }
 
     /// Send `commands` and wait for their replies, in order.
@@ -250,41 +269,43 @@ impl Shared {
 
 /// One connection slot: dial, serve until the connection drops, fail what
 /// was pending, back off, dial again; until the node is dropped.
-async fn supervise(
-    addr: String,
+/// What one connection slot of a node works with.
+struct Slot {
+    target: Target,
     settings: Arc<Settings>,
+    dialer: Arc<Dialer>,
+    /// The node's count of connections that are up.
+    live: Arc<AtomicUsize>,
+}
+
+async fn supervise(
+    slot: Slot,
     mut queue: mpsc::Receiver<Request>,
     requeue: mpsc::WeakSender<Request>,
 ) {
+    let addr = &slot.target.addr;
     let mut backoff = BACKOFF_FIRST;
     loop {
-        let stream =
-            match tokio::time::timeout(settings.connect_timeout, TcpStream::connect(&addr)).await {
-                Ok(Ok(stream)) => stream,
-                Ok(Err(error)) => {
-                    let why = format!("cannot connect to {addr}: {error}");
-                    if !wait_out(&mut queue, backoff, &why).await {
-                        return;
-                    }
-                    backoff = (backoff * 2).min(BACKOFF_LAST);
-                    continue;
+        let dialled = slot
+            .dialer
+            .dial(addr, slot.target.server_name.as_deref())
+            .await;
+        let stream = match dialled {
+            Ok(stream) => stream,
+            Err(why) => {
+                tracing::debug!(%addr, %why, "dial failed");
+                if !wait_out(&mut queue, backoff, &why).await {
+                    return;
                 }
-                Err(_) => {
-                    let why = format!(
-                        "cannot connect to {addr} within {:?}",
-                        settings.connect_timeout
-                    );
-                    if !wait_out(&mut queue, backoff, &why).await {
-                        return;
-                    }
-                    backoff = (backoff * 2).min(BACKOFF_LAST);
-                    continue;
-                }
-            };
-        let _ = stream.set_nodelay(true);
+                backoff = (backoff * 2).min(BACKOFF_LAST);
+                continue;
+            }
+        };
         let connected_at = Instant::now();
         tracing::debug!(%addr, "connected to memcached");
-        let (end, returned) = serve(stream, queue, &settings, requeue.clone()).await;
+        slot.live.fetch_add(1, Ordering::Relaxed);
+        let (end, returned) = serve(stream, queue, &slot.settings, requeue.clone()).await;
+        slot.live.fetch_sub(1, Ordering::Relaxed);
         let Some(returned) = returned else {
             return;
         };
@@ -320,12 +341,36 @@ async fn wait_out(queue: &mut mpsc::Receiver<Request>, backoff: Duration, why: &
 /// Run one connection until it fails (or the node is dropped: then the
 /// queue is not returned). Fails everything in flight before returning.
 async fn serve(
-    stream: TcpStream,
+    stream: Stream,
     queue: mpsc::Receiver<Request>,
     settings: &Settings,
     requeue: mpsc::WeakSender<Request>,
 ) -> (String, Option<mpsc::Receiver<Request>>) {
-    let (read, write) = stream.into_split();
+    match stream {
+        // A TCP stream splits into halves that need no lock between them.
+        Stream::Plain(tcp) => {
+            let (read, write) = tcp.into_split();
+            serve_halves(read, write, queue, settings, requeue).await
+        }
+        #[cfg(feature = "tls")]
+        Stream::Tls(tls) => {
+            let (read, write) = tokio::io::split(*tls);
+            serve_halves(read, write, queue, settings, requeue).await
+        }
+    }
+}
+
+async fn serve_halves<R, W>(
+    read: R,
+    write: W,
+    queue: mpsc::Receiver<Request>,
+    settings: &Settings,
+    requeue: mpsc::WeakSender<Request>,
+) -> (String, Option<mpsc::Receiver<Request>>)
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
     let shared = Arc::new(Shared::default());
     let (stop, stopped) = watch::channel(false);
     let mut reader = tokio::spawn(read_loop(read, shared.clone(), stopped.clone(), requeue));
@@ -397,8 +442,8 @@ struct WriterEnd {
     error: Option<String>,
 }
 
-async fn write_loop(
-    mut write: OwnedWriteHalf,
+async fn write_loop<W: AsyncWrite + Unpin>(
+    mut write: W,
     mut queue: mpsc::Receiver<Request>,
     shared: Arc<Shared>,
     mut stopped: watch::Receiver<bool>,
@@ -491,8 +536,8 @@ async fn write_loop(
     }
 }
 
-async fn read_loop(
-    mut read: OwnedReadHalf,
+async fn read_loop<R: AsyncRead + Unpin>(
+    mut read: R,
     shared: Arc<Shared>,
     mut stopped: watch::Receiver<bool>,
     requeue: mpsc::WeakSender<Request>,

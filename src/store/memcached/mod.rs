@@ -9,19 +9,26 @@
 //!
 //! | file | owns |
 //! |---|---|
-//! | `mod.rs` | the [`Store`] impl: a batch in, counts out |
+//! | `mod.rs` | the [`Store`] impl: a batch in, counts out; the node list in use |
 //! | [`conn`] | multiplexed, pipelined connections: writer, reader, in-flight queue, stall and redial |
+//! | [`dial`] | plain TCP or TLS (rustls) connections |
+//! | [`discovery`] | ElastiCache Auto Discovery: `config get cluster`, polled |
 //! | [`wire`] | keys, meta commands and replies as bytes, no I/O |
 //! | [`route`] | the rendezvous hash that picks a key's node |
 
 mod conn;
+mod dial;
+pub mod discovery;
 pub mod route;
 pub mod wire;
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
-use self::conn::{Commands, Delivery, Node, Settings};
+use self::conn::{Commands, Delivery, Node, Settings, Target};
+use self::dial::Dialer;
+use self::discovery::{ClusterConfig, PollResult};
 use self::wire::{Command, Reply};
 use super::{
     BatchCounts, CounterBatch, CounterKey, DEFAULT_CONNECTIONS, Store, StoreError, Values,
@@ -29,16 +36,28 @@ use super::{
 };
 use crate::policy::{PLAIN_NAME_RULE, is_plain_name};
 
+pub use self::dial::TlsOptions;
 pub use self::route::DigestRendezvous;
 
 /// Requests that may wait for one connection before calls fail at once.
 pub const DEFAULT_QUEUE_DEPTH: usize = 4096;
+/// How often the discovery endpoint is asked for the node list.
+pub const DEFAULT_DISCOVERY_INTERVAL: Duration = Duration::from_secs(60);
 
 /// How to reach Memcached.
 #[derive(Clone, Debug)]
 pub struct MemcachedOptions {
-    /// `host:port` of each server.
+    /// `host:port` of each server (ignored when `discovery` is set).
     pub servers: Vec<String>,
+    /// An ElastiCache configuration endpoint (`host:port`): the node list
+    /// comes from it and follows its changes, instead of `servers`.
+    pub discovery: Option<String>,
+    /// How often to ask the configuration endpoint.
+    pub discovery_interval: Duration,
+    /// Encryption in transit: every connection, the discovery endpoint's
+    /// included, is TLS, and a certificate that does not verify is a store
+    /// failure, never a fallback to plaintext.
+    pub tls: Option<TlsOptions>,
     /// Prefix of every key, so several deployments can share a cluster.
     pub namespace: String,
     /// The limiter's bound on each call. The store uses it for `ping`, and
@@ -58,6 +77,9 @@ impl Default for MemcachedOptions {
     fn default() -> MemcachedOptions {
         MemcachedOptions {
             servers: vec!["127.0.0.1:11211".to_owned()],
+            discovery: None,
+            discovery_interval: DEFAULT_DISCOVERY_INTERVAL,
+            tls: None,
             namespace: "sg".to_owned(),
             timeout: Duration::from_millis(50),
             connections: DEFAULT_CONNECTIONS,
@@ -66,18 +88,147 @@ impl Default for MemcachedOptions {
     }
 }
 
-pub struct MemcachedStore {
-    nodes: Vec<Node>,
+/// The nodes in use, in one consistent piece: routing reads it whole.
+pub(crate) struct Topology {
+    nodes: Vec<Arc<Node>>,
+    /// Each node's identity (`host:port`), in `nodes` order.
+    names: Vec<String>,
     /// Each node's part of the rendezvous score, in `nodes` order.
     node_hashes: Vec<u64>,
+    /// The cluster config version it came from (discovery only).
+    version: Option<u64>,
+}
+
+impl Topology {
+    fn empty() -> Topology {
+        Topology {
+            nodes: Vec::new(),
+            names: Vec::new(),
+            node_hashes: Vec::new(),
+            version: None,
+        }
+    }
+
+    fn of_servers(servers: &[String], dialer: &Arc<Dialer>, settings: &Arc<Settings>) -> Topology {
+        let mut topology = Topology::empty();
+        for server in servers {
+            let target = Target {
+                addr: server.clone(),
+                server_name: None,
+            };
+            topology.push(
+                server.clone(),
+                Node::spawn(target, settings.clone(), dialer.clone()).into(),
+            );
+        }
+        topology
+    }
+
+    /// The topology of `config`: nodes it keeps stay as they are (their
+    /// connections and in-flight requests untouched), new ones are dialled,
+    /// and removed ones close once their last caller is done with them.
+    fn following(
+        current: &Topology,
+        config: &ClusterConfig,
+        dialer: &Arc<Dialer>,
+        settings: &Arc<Settings>,
+    ) -> Topology {
+        let mut next = Topology::empty();
+        next.version = Some(config.version);
+        for entry in &config.nodes {
+            let name = entry.name();
+            if next.names.contains(&name) {
+                continue;
+            }
+            let node = match current.names.iter().position(|known| *known == name) {
+                Some(at) => current.nodes[at].clone(),
+                None => Arc::new(Node::spawn(
+                    Target {
+                        addr: entry.dial_addr(),
+                        server_name: Some(entry.server_name().to_owned()),
+                    },
+                    settings.clone(),
+                    dialer.clone(),
+                )),
+            };
+            next.push(name, node);
+        }
+        next
+    }
+
+    fn push(&mut self, name: String, node: Arc<Node>) {
+        self.node_hashes.push(route::node_hash(&name));
+        self.names.push(name);
+        self.nodes.push(node);
+    }
+}
+
+/// The topology in use, swapped whole when discovery finds a newer one.
+pub(crate) struct TopologyCell {
+    current: RwLock<Arc<Topology>>,
+    dialer: Arc<Dialer>,
+    settings: Arc<Settings>,
+    status: DiscoveryStatus,
+}
+
+impl TopologyCell {
+    fn load(&self) -> Arc<Topology> {
+        self.current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn store(&self, topology: Topology) {
+        *self.current.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(topology);
+    }
+}
+
+/// Discovery's counters, for the metrics.
+#[derive(Default)]
+struct DiscoveryStatus {
+    polls: [AtomicU64; 4],
+}
+
+impl DiscoveryStatus {
+    fn poll(&self, result: PollResult) {
+        self.polls[result as usize].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// What the store is connected to now, for the metrics and `/readyz`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopologySnapshot {
+    /// Each node's `host:port` and how many of its connections are up.
+    pub nodes: Vec<(String, usize)>,
+    /// The cluster config version in use (discovery only).
+    pub version: Option<u64>,
+    /// Discovery polls by result (`applied`, `ignored`, `malformed`,
+    /// `failed`).
+    pub polls: Vec<(&'static str, u64)>,
+    pub tls: bool,
+}
+
+pub struct MemcachedStore {
+    cell: Arc<TopologyCell>,
     namespace: String,
     timeout: Duration,
+    discovery: Option<(String, tokio::task::JoinHandle<()>)>,
+}
+
+impl Drop for MemcachedStore {
+    fn drop(&mut self) {
+        if let Some((_, task)) = &self.discovery {
+            task.abort();
+        }
+    }
 }
 
 impl MemcachedStore {
-    /// Start the connections to every server. They are dialled in the
-    /// background, so a server that is down now does not stop the start;
-    /// [`ping`](Store::ping) tells whether it answers.
+    /// Start the connections to every server, or the discovery of the node
+    /// list. Connections are dialled in the background, so a server (or an
+    /// endpoint) that is down now does not stop the start;
+    /// [`ping`](Store::ping) tells whether the store answers.
     pub async fn connect(options: &MemcachedOptions) -> Result<MemcachedStore, StoreError> {
         if !is_plain_name(&options.namespace) {
             return Err(StoreError::Protocol(format!(
@@ -85,29 +236,44 @@ impl MemcachedStore {
                 options.namespace
             )));
         }
-        if options.servers.is_empty() {
+        if options.servers.is_empty() && options.discovery.is_none() {
             return Err(StoreError::Unreachable("no server given".to_owned()));
         }
+        let connect_timeout = options.timeout.max(Duration::from_secs(1));
+        let dialer = Arc::new(
+            Dialer::new(connect_timeout, options.tls.as_ref()).map_err(StoreError::Protocol)?,
+        );
         let settings = Arc::new(Settings {
             namespace: Arc::from(options.namespace.as_str()),
             connections: options.connections.max(1),
             queue_depth: options.queue_depth.max(1),
-            connect_timeout: options.timeout.max(Duration::from_secs(1)),
             stall_timeout: (options.timeout * 20).max(Duration::from_secs(1)),
         });
+        let topology = match &options.discovery {
+            Some(_) => Topology::empty(),
+            None => Topology::of_servers(&options.servers, &dialer, &settings),
+        };
+        let cell = Arc::new(TopologyCell {
+            current: RwLock::new(Arc::new(topology)),
+            dialer: dialer.clone(),
+            settings,
+            status: DiscoveryStatus::default(),
+        });
+        let discovery = options.discovery.as_ref().map(|endpoint| {
+            let task = tokio::spawn(discovery::run(
+                endpoint.clone(),
+                options.discovery_interval,
+                connect_timeout,
+                dialer,
+                Arc::downgrade(&cell),
+            ));
+            (endpoint.clone(), task)
+        });
         Ok(MemcachedStore {
-            nodes: options
-                .servers
-                .iter()
-                .map(|server| Node::spawn(server.clone(), settings.clone()))
-                .collect(),
-            node_hashes: options
-                .servers
-                .iter()
-                .map(|s| route::node_hash(s))
-                .collect(),
+            cell,
             namespace: options.namespace.clone(),
             timeout: options.timeout,
+            discovery,
         })
     }
 
@@ -116,8 +282,40 @@ impl MemcachedStore {
         wire::key_string(&self.namespace, counter)
     }
 
+    /// The node list in use, its connections and discovery's counters.
+    pub fn topology(&self) -> TopologySnapshot {
+        let topology = self.cell.load();
+        TopologySnapshot {
+            nodes: topology
+                .names
+                .iter()
+                .zip(&topology.nodes)
+                .map(|(name, node)| (name.clone(), node.live_connections()))
+                .collect(),
+            version: topology.version,
+            polls: PollResult::ALL
+                .iter()
+                .map(|result| {
+                    (
+                        result.as_str(),
+                        self.cell.status.polls[*result as usize].load(Ordering::Relaxed),
+                    )
+                })
+                .collect(),
+            tls: self.cell.dialer.is_tls(),
+        }
+    }
+
+    /// The `host:port` of the node that holds `digest`'s counters now.
+    pub fn node_name_of(&self, digest: &super::KeyDigest) -> Option<String> {
+        let topology = self.cell.load();
+        (!topology.nodes.is_empty()).then(|| {
+            topology.names[DigestRendezvous::pick_digest(digest, &topology.node_hashes)].clone()
+        })
+    }
+
     /// The node that holds every counter of `counters`' key.
-    fn node_of(&self, counters: &[CounterKey]) -> Result<&Node, StoreError> {
+    fn node_of(&self, counters: &[CounterKey]) -> Result<Arc<Node>, StoreError> {
         let Some(first) = counters.first() else {
             return Err(unexpected("an empty batch"));
         };
@@ -127,7 +325,21 @@ impl MemcachedStore {
         {
             return Err(unexpected("a batch must hold the counters of one key"));
         }
-        Ok(&self.nodes[DigestRendezvous::pick_digest(&first.digest, &self.node_hashes)])
+        let topology = self.cell.load();
+        if topology.nodes.is_empty() {
+            return Err(self.no_nodes());
+        }
+        let at = DigestRendezvous::pick_digest(&first.digest, &topology.node_hashes);
+        Ok(topology.nodes[at].clone())
+    }
+
+    fn no_nodes(&self) -> StoreError {
+        match &self.discovery {
+            Some((endpoint, _)) => StoreError::Unreachable(format!(
+                "no Memcached node known yet: discovery at {endpoint} has not answered"
+            )),
+            None => StoreError::Unreachable("no server given".to_owned()),
+        }
     }
 }
 
@@ -210,7 +422,11 @@ impl Store for MemcachedStore {
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
-        for node in &self.nodes {
+        let topology = self.cell.load();
+        if topology.nodes.is_empty() {
+            return Err(self.no_nodes());
+        }
+        for node in &topology.nodes {
             let call = node.call(Commands::from_slice(&[Command::Noop]), Delivery::Plain);
             match tokio::time::timeout(self.timeout, call).await {
                 Ok(Ok(_)) => {}

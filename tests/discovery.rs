@@ -1,0 +1,366 @@
+//! ElastiCache Auto Discovery against real memcached nodes, behind a small
+//! configuration endpoint that speaks exactly the documented reply format
+//! (`config get cluster`, and `get AmazonElastiCache:cluster` for engines
+//! before 1.4.14): start, node added and removed under load, endpoint down
+//! at start, malformed, older and empty configs.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::Memcached;
+use slidegate::store::KeyDigest;
+use slidegate::{
+    FailureMode, Limit, Limiter, ManualClock, MemcachedOptions, MemcachedStore, Policy, Source,
+    Store,
+};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpListener;
+
+const MINUTE: u64 = 60_000;
+const POLL: Duration = Duration::from_millis(50);
+
+/// What the endpoint answers.
+#[derive(Default)]
+struct Served {
+    version: u64,
+    /// `host|ip|port` entries.
+    nodes: Vec<String>,
+    /// Refuse `config get cluster`, as engines before 1.4.14 do.
+    legacy_only: bool,
+    /// Answer a reply that does not parse.
+    malformed: bool,
+}
+
+/// A configuration endpoint on loopback.
+struct Endpoint {
+    addr: String,
+    served: Arc<Mutex<Served>>,
+    polls: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Endpoint {
+    async fn start(listener: Option<TcpListener>) -> Endpoint {
+        let listener = match listener {
+            Some(listener) => listener,
+            None => TcpListener::bind("127.0.0.1:0").await.unwrap(),
+        };
+        let addr = listener.local_addr().unwrap().to_string();
+        let served = Arc::new(Mutex::new(Served::default()));
+        let polls = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (served_by_task, polls_by_task, stop_by_task) =
+            (served.clone(), polls.clone(), stop.clone());
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                if stop_by_task.load(Ordering::Relaxed) {
+                    return;
+                }
+                let (served, polls) = (served_by_task.clone(), polls_by_task.clone());
+                tokio::spawn(async move {
+                    let (read, mut write) = stream.into_split();
+                    let mut lines = BufReader::new(read).lines();
+                    while let Ok(Some(line)) = lines.next_line().await {
+                        polls.fetch_add(1, Ordering::Relaxed);
+                        let answer = answer(&served.lock().unwrap(), line.trim());
+                        if write.write_all(answer.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        Endpoint {
+            addr,
+            served,
+            polls,
+            stop,
+        }
+    }
+
+    fn serve(&self, version: u64, nodes: &[&Memcached]) {
+        let mut served = self.served.lock().unwrap();
+        served.version = version;
+        served.nodes = nodes
+            .iter()
+            .map(|node| format!("node-{}.cache.local|127.0.0.1|{}", node.port, node.port))
+            .collect();
+        served.malformed = false;
+    }
+
+    /// Wait for `more` polls after now.
+    async fn polled(&self, more: u64) {
+        let target = self.polls.load(Ordering::Relaxed) + more;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.polls.load(Ordering::Relaxed) < target {
+            assert!(Instant::now() < deadline, "the endpoint was not polled");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+fn answer(served: &Served, command: &str) -> String {
+    let legacy = match command {
+        "config get cluster" if served.legacy_only => return "ERROR\r\n".to_owned(),
+        "config get cluster" => false,
+        "get AmazonElastiCache:cluster" => true,
+        _ => return "ERROR\r\n".to_owned(),
+    };
+    let body = if served.malformed {
+        "twelve\nnot a node list\n".to_owned()
+    } else {
+        format!("{}\n{}\n", served.version, served.nodes.join(" "))
+    };
+    let header = if legacy {
+        "VALUE AmazonElastiCache:cluster"
+    } else {
+        "CONFIG cluster"
+    };
+    format!("{header} 0 {}\r\n{body}\r\nEND\r\n", body.len())
+}
+
+fn options(endpoint: &str) -> MemcachedOptions {
+    MemcachedOptions {
+        discovery: Some(endpoint.to_owned()),
+        discovery_interval: POLL,
+        ..common::memcached_options(Vec::new())
+    }
+}
+
+async fn wait_for_version(store: &MemcachedStore, version: u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while store.topology().version != Some(version) {
+        assert!(
+            Instant::now() < deadline,
+            "version {version} never applied: {:?}",
+            store.topology()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn roomy() -> Arc<Policy> {
+    Arc::new(Policy::new("disc", vec![Limit::new(1_000_000, MINUTE, 1).unwrap()]).unwrap())
+}
+
+fn node_of(store: &MemcachedStore, key: &str) -> String {
+    store
+        .node_name_of(&KeyDigest::of("disc", key))
+        .expect("nodes are known")
+}
+
+/// Check every key once; each answer's estimate is that key's count.
+async fn check_all(
+    limiter: &Limiter<Arc<MemcachedStore>>,
+    policy: &Policy,
+    keys: &[String],
+) -> Vec<u64> {
+    let mut counts = Vec::new();
+    for key in keys {
+        let decision = limiter.check(key, policy, 1).await.unwrap();
+        assert_eq!(decision.source, Source::Store, "{key}");
+        counts.push(decision.limits[0].estimate.as_f64() as u64);
+    }
+    counts
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_added_and_removed_move_only_their_keys_and_no_request_fails() {
+    let nodes: Vec<Memcached> = (0..3).map(|_| Memcached::start()).collect();
+    let endpoint = Endpoint::start(None).await;
+    endpoint.serve(1, &[&nodes[0], &nodes[1]]);
+    let store = Arc::new(
+        MemcachedStore::connect(&options(&endpoint.addr))
+            .await
+            .unwrap(),
+    );
+    wait_for_version(&store, 1).await;
+    assert_eq!(store.topology().nodes.len(), 2);
+    store.ping().await.unwrap();
+
+    let clock = ManualClock::new(common::today_ms() + 10_000);
+    let limiter = Arc::new(
+        Limiter::builder(store.clone())
+            .clock(clock.clone())
+            .failure_mode(FailureMode::Deny)
+            .build(),
+    );
+    let policy = roomy();
+    let keys: Vec<String> = (0..600).map(|index| format!("client-{index}")).collect();
+    assert!(
+        check_all(&limiter, &policy, &keys)
+            .await
+            .iter()
+            .all(|&count| count == 1)
+    );
+    let before: Vec<String> = keys.iter().map(|key| node_of(&store, key)).collect();
+
+    // Load runs through the change: not one request may fail.
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = {
+        let (limiter, policy, stop) = (limiter.clone(), policy.clone(), stop.clone());
+        tokio::spawn(async move {
+            let (mut answered, mut failed) = (0u64, 0u64);
+            let started = Instant::now();
+            while !stop.load(Ordering::Relaxed) && started.elapsed() < Duration::from_secs(20) {
+                let key = format!("load-{}", answered % 97);
+                match limiter.check(&key, &policy, 1).await {
+                    Ok(decision) if decision.source == Source::Store => answered += 1,
+                    _ => failed += 1,
+                }
+            }
+            (answered, failed)
+        })
+    };
+
+    // A third node: only the keys that now pick it move, about a third.
+    endpoint.serve(2, &[&nodes[0], &nodes[1], &nodes[2]]);
+    wait_for_version(&store, 2).await;
+    let added = format!("node-{}.cache.local:{}", nodes[2].port, nodes[2].port);
+    let after: Vec<String> = keys.iter().map(|key| node_of(&store, key)).collect();
+    let moved: Vec<usize> = (0..keys.len()).filter(|&i| before[i] != after[i]).collect();
+    assert!(
+        moved.iter().all(|&i| after[i] == added),
+        "a key moved between two old nodes"
+    );
+    let share = moved.len() as f64 / keys.len() as f64;
+    eprintln!(
+        "node added: {} of {} keys moved ({:.1} %)",
+        moved.len(),
+        keys.len(),
+        share * 100.0
+    );
+    assert!((0.22..=0.45).contains(&share), "share moved {share}");
+    // Keys that stayed keep their counts; moved keys start from zero on
+    // their new node (the documented undercount).
+    let counts = check_all(&limiter, &policy, &keys).await;
+    for (index, count) in counts.iter().enumerate() {
+        let expected = if moved.contains(&index) { 1 } else { 2 };
+        assert_eq!(*count, expected, "{}", keys[index]);
+    }
+
+    // The first node leaves: its keys move, the others stay.
+    let removed = format!("node-{}.cache.local:{}", nodes[0].port, nodes[0].port);
+    endpoint.serve(3, &[&nodes[1], &nodes[2]]);
+    wait_for_version(&store, 3).await;
+    let last: Vec<String> = keys.iter().map(|key| node_of(&store, key)).collect();
+    for index in 0..keys.len() {
+        if after[index] != removed {
+            assert_eq!(last[index], after[index], "{} moved", keys[index]);
+        } else {
+            assert_ne!(last[index], removed);
+        }
+    }
+    assert_eq!(store.topology().nodes.len(), 2);
+
+    stop.store(true, Ordering::Relaxed);
+    let (answered, failed) = load.await.unwrap();
+    eprintln!(
+        "under load through two node changes: {answered} answered by the store, {failed} failed"
+    );
+    assert!(answered > 0);
+    assert_eq!(failed, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_down_at_start_is_waited_for() {
+    let node = Memcached::start();
+    // The endpoint's port is held, so no other test can take it, but
+    // nobody answers on it yet: polls time out.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let mut options = options(&addr);
+    options.timeout = Duration::from_millis(200);
+    let store = Arc::new(MemcachedStore::connect(&options).await.unwrap());
+    let error = store.ping().await.unwrap_err();
+    assert!(
+        error.to_string().contains("no Memcached node known yet"),
+        "{error}"
+    );
+    let limiter = Limiter::builder(store.clone())
+        .failure_mode(FailureMode::Deny)
+        .build();
+    let policy = roomy();
+    assert!(limiter.check("k", &policy, 1).await.is_err());
+    let allowing = Limiter::builder(store.clone()).build();
+    let decision = allowing.check("k", &policy, 1).await.unwrap();
+    assert_eq!(decision.source, Source::Fallback);
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !store
+        .topology()
+        .polls
+        .iter()
+        .any(|&(result, count)| result == "failed" && count > 0)
+    {
+        assert!(Instant::now() < deadline, "no poll failed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let endpoint = Endpoint::start(Some(listener)).await;
+    endpoint.serve(7, &[&node]);
+    wait_for_version(&store, 7).await;
+    store.ping().await.unwrap();
+    let decision = limiter.check("k", &policy, 1).await.unwrap();
+    assert_eq!(decision.source, Source::Store);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_older_and_empty_configs_keep_the_node_list() {
+    let nodes: Vec<Memcached> = (0..2).map(|_| Memcached::start()).collect();
+    let endpoint = Endpoint::start(None).await;
+    endpoint.serve(5, &[&nodes[0]]);
+    let store = MemcachedStore::connect(&options(&endpoint.addr))
+        .await
+        .unwrap();
+    wait_for_version(&store, 5).await;
+    let kept = store.topology().nodes;
+
+    endpoint.served.lock().unwrap().malformed = true;
+    endpoint.polled(2).await;
+    endpoint.serve(4, &[&nodes[0], &nodes[1]]);
+    endpoint.polled(2).await;
+    endpoint.serve(6, &[]);
+    endpoint.polled(2).await;
+    let topology = store.topology();
+    assert_eq!(topology.version, Some(5));
+    assert_eq!(
+        topology
+            .nodes
+            .iter()
+            .map(|(name, _)| name)
+            .collect::<Vec<_>>(),
+        kept.iter().map(|(name, _)| name).collect::<Vec<_>>()
+    );
+    let count = |wanted: &str| {
+        topology
+            .polls
+            .iter()
+            .find(|(result, _)| *result == wanted)
+            .map_or(0, |(_, count)| *count)
+    };
+    assert!(count("malformed") >= 1, "{topology:?}");
+    assert!(count("ignored") >= 2, "{topology:?}");
+    store.ping().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn engines_before_1_4_14_are_asked_with_get() {
+    let node = Memcached::start();
+    let endpoint = Endpoint::start(None).await;
+    endpoint.serve(3, &[&node]);
+    endpoint.served.lock().unwrap().legacy_only = true;
+    let store = MemcachedStore::connect(&options(&endpoint.addr))
+        .await
+        .unwrap();
+    wait_for_version(&store, 3).await;
+    store.ping().await.unwrap();
+}
