@@ -26,7 +26,7 @@
 //! | [`limiter`] | [`Limiter`]: near-cache, then store, then window; failure modes |
 //! | [`near_cache`] | the moka cache of hot rejects |
 //! | [`store`] | the [`Store`] trait, [`MemoryStore`], `MemcachedStore` (feature `memcached`) |
-//! | [`metrics`] | counters the limiter keeps about itself |
+//! | [`metrics`] | what the limiter counts about itself, as `prometheus-client` metrics |
 //! | `server` | the HTTP service and its configuration (feature `server`); `server::rls`, Envoy RLS over gRPC (feature `grpc`) |
 //!
 //! # Example

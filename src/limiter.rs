@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::clock::{Clock, SystemClock};
 use crate::metrics::{Metrics, MetricsSnapshot};
@@ -82,6 +82,11 @@ pub struct Decision {
     /// Each limit of the policy, in order.
     pub limits: Vec<LimitState>,
     pub source: Source,
+    /// The policy is in shadow mode ([`Policy::with_shadow`]): `allowed` is
+    /// always true, and `would_allow` says what it would have decided.
+    pub shadow: bool,
+    /// The decision without shadow mode; equal to `allowed` otherwise.
+    pub would_allow: bool,
 }
 
 impl Decision {
@@ -92,6 +97,8 @@ impl Decision {
             retry_after_ms: verdict.retry_after_ms,
             limits: verdict.limits,
             source,
+            shadow: false,
+            would_allow: verdict.allowed,
         }
     }
 
@@ -247,7 +254,8 @@ impl<S: Store> Limiter<S> {
         policy: &Policy,
         cost: u64,
     ) -> Result<Decision, CheckError> {
-        self.decide(key, policy, cost, Counting::IfAdmitted).await
+        self.observed(policy, self.decide(key, policy, cost, Counting::IfAdmitted))
+            .await
     }
 
     /// The decision a check would make now, counting nothing.
@@ -257,7 +265,8 @@ impl<S: Store> Limiter<S> {
         policy: &Policy,
         cost: u64,
     ) -> Result<Decision, CheckError> {
-        self.decide(key, policy, cost, Counting::Never).await
+        self.observed(policy, self.decide(key, policy, cost, Counting::Never))
+            .await
     }
 
     /// Count `cost` whatever the limits say (work that happened anyway); the
@@ -268,7 +277,47 @@ impl<S: Store> Limiter<S> {
         policy: &Policy,
         cost: u64,
     ) -> Result<Decision, CheckError> {
-        self.decide(key, policy, cost, Counting::Always).await
+        let started = Instant::now();
+        let result = self.decide(key, policy, cost, Counting::Always).await;
+        self.record(policy, &result, started);
+        result
+    }
+
+    /// A check or peek, timed and counted by policy; shadow mode applied.
+    async fn observed(
+        &self,
+        policy: &Policy,
+        deciding: impl Future<Output = Result<Decision, CheckError>>,
+    ) -> Result<Decision, CheckError> {
+        let started = Instant::now();
+        let mut result = deciding.await;
+        if policy.is_shadow() {
+            result = result.map(shadowed);
+        }
+        self.record(policy, &result, started);
+        result
+    }
+
+    fn record(&self, policy: &Policy, result: &Result<Decision, CheckError>, started: Instant) {
+        let took = started.elapsed();
+        match result {
+            Ok(decision) => self.metrics.decided(policy.scope(), decision, took),
+            Err(CheckError::StoreUnavailable(_)) => {
+                self.metrics.refused_by_failure(policy.scope(), took)
+            }
+            Err(_) => {}
+        }
+    }
+
+    /// The limiter's metrics, to register into a Prometheus registry
+    /// ([`Metrics::register`]).
+    pub fn metrics_handles(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Bring the gauges (near-cache entries) up to date before a scrape.
+    pub fn refresh_gauges(&self) {
+        self.metrics.set_near_cache_entries(self.near_cache.len());
     }
 
     /// Whether the store answers within the timeout.
@@ -536,11 +585,13 @@ impl<S: Store> Limiter<S> {
         &self,
         call: impl Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
-        self.metrics.store_call();
+        let started = Instant::now();
         let result = match tokio::time::timeout(self.timeout, call).await {
             Ok(result) => result,
             Err(_) => Err(StoreError::Timeout(self.timeout.as_millis() as u64)),
         };
+        self.metrics
+            .store_call(started.elapsed(), result.as_ref().err());
         match &result {
             Ok(_) => {
                 if !self.store_healthy.swap(true, Ordering::Relaxed) {
@@ -548,7 +599,6 @@ impl<S: Store> Limiter<S> {
                 }
             }
             Err(error) => {
-                self.metrics.store_error();
                 if self.store_healthy.swap(false, Ordering::Relaxed) {
                     tracing::warn!(store = self.store.kind(), %error, mode = ?self.failure_mode, "store failing; the failure mode decides until it answers");
                 } else {
@@ -558,4 +608,13 @@ impl<S: Store> Limiter<S> {
         }
         result
     }
+}
+
+/// A shadow policy's decision: admitted, saying what it would have decided.
+/// A refused check was not counted (or was rolled back), as without shadow.
+fn shadowed(mut decision: Decision) -> Decision {
+    decision.shadow = true;
+    decision.would_allow = decision.allowed;
+    decision.allowed = true;
+    decision
 }
