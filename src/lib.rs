@@ -27,6 +27,7 @@
 //! | [`near_cache`] | the moka cache of hot rejects |
 //! | [`store`] | the [`Store`] trait, [`MemoryStore`], `MemcachedStore` (feature `memcached`) |
 //! | [`metrics`] | what the limiter counts about itself, as `prometheus-client` metrics |
+//! | `tower` | [`tower::RateLimitLayer`], limiting any tower/axum/hyper service (feature `tower`) |
 //! | `server` | the HTTP service and its configuration (feature `server`); `server::rls`, Envoy RLS over gRPC (feature `grpc`) |
 //!
 //! # Example
@@ -65,6 +66,8 @@ pub mod policy;
 #[cfg(feature = "server")]
 pub mod server;
 pub mod store;
+#[cfg(feature = "tower")]
+pub mod tower;
 pub mod window;
 
 pub use clock::{Clock, ManualClock, SystemClock};
