@@ -33,6 +33,9 @@ pub(crate) async fn handle(
         "/v1/report" if post => decide(app, request, Operation::Report).await,
         "/v1/check" | "/v1/peek" | "/v1/report" => method_not_allowed("POST"),
         "/v1/auth" if get => forward_auth(app, &request, peer).await,
+        path if get && path.starts_with("/v1/auth/") => {
+            forward_auth_path(app, &request, peer, &path["/v1/auth/".len()..]).await
+        }
         "/healthz" if get => api::json(StatusCode::OK, serde_json::json!({ "status": "ok" })),
         "/readyz" if get => ready(app).await,
         "/metrics" if get => super::metrics::respond(app),
@@ -178,7 +181,36 @@ async fn forward_auth(app: &App, request: &Request<Incoming>, peer: SocketAddr) 
     let Some(policy_name) = policy_name else {
         return api::error(StatusCode::BAD_REQUEST, "policy: is required");
     };
-    let served = match api::named_policy(&policy_name, &live.policies) {
+    authorize(app, &live, &policy_name, cost, deny_status, request, peer).await
+}
+
+/// Forward-auth for proxies that append the client's path and query to the
+/// one they are given (Envoy ext_authz's `path_prefix`):
+/// `GET /v1/auth/NAME[/anything][?anything]`. The policy is the segment
+/// after `/v1/auth/`; the rest and the query are the client's, ignored;
+/// cost 1, the configured `deny_status`.
+async fn forward_auth_path(
+    app: &App,
+    request: &Request<Incoming>,
+    peer: SocketAddr,
+    rest: &str,
+) -> Response<Body> {
+    let live = app.live();
+    let policy_name = rest.split('/').next().unwrap_or_default();
+    let deny_status = live.auth.deny_status;
+    authorize(app, &live, policy_name, 1, deny_status, request, peer).await
+}
+
+async fn authorize(
+    app: &App,
+    live: &super::Live,
+    policy_name: &str,
+    cost: u64,
+    deny_status: u16,
+    request: &Request<Incoming>,
+    peer: SocketAddr,
+) -> Response<Body> {
+    let served = match api::named_policy(policy_name, &live.policies) {
         Ok(served) => served,
         Err(message) => return api::error(StatusCode::BAD_REQUEST, message),
     };
