@@ -317,7 +317,8 @@ impl<S: Store> Limiter<S> {
 
     /// Bring the gauges (near-cache entries) up to date before a scrape.
     pub fn refresh_gauges(&self) {
-        self.metrics.set_near_cache_entries(self.near_cache.len());
+        self.metrics
+            .set_near_cache_entries(self.near_cache.settled_len());
     }
 
     /// Whether the store answers within the timeout.
