@@ -28,7 +28,8 @@
 //! | [`store`] | the [`Store`] trait, [`MemoryStore`], `MemcachedStore` (feature `memcached`) |
 //! | [`metrics`] | what the limiter counts about itself, as `prometheus-client` metrics |
 //! | `tower` | [`tower::RateLimitLayer`], limiting any tower/axum/hyper service (feature `tower`) |
-//! | `server` | the HTTP service and its configuration (feature `server`); `server::rls`, Envoy RLS over gRPC (feature `grpc`) |
+//! | `server` | the HTTP service (feature `server`): routes, `/metrics`, hot reload; `server::rls`, Envoy RLS over gRPC (feature `grpc`) |
+//! | `config` | file, environment and flags, validation, reload (feature `server`) |
 //!
 //! # Example
 //!

@@ -139,6 +139,36 @@ fn validate(key: &str, cost: u64) -> Result<(), CheckError> {
 
 /// Decides requests against policies, with counters in a [`Store`].
 /// Cheap to share: wrap it in an `Arc`.
+///
+/// ```
+/// use std::time::Duration;
+/// use slidegate::{FailureMode, Limit, Limiter, ManualClock, MemoryStore, Policy};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// // With Memcached: `MemcachedStore::connect(&options).await?` instead.
+/// let limiter = Limiter::builder(MemoryStore::new())
+///     .timeout(Duration::from_millis(50))
+///     .failure_mode(FailureMode::Allow)
+///     // A clock that moves only when told, so the numbers below are exact.
+///     .clock(ManualClock::new(1_700_000_000_000))
+///     .build();
+/// // 10 a second and 100 a minute: both must admit, then both count.
+/// let policy = Policy::new(
+///     "search",
+///     vec![
+///         Limit::per(10, Duration::from_secs(1))?,
+///         Limit::per(100, Duration::from_secs(60))?,
+///     ],
+/// )?;
+/// let decision = limiter.check("tenant-7", &policy, 3).await?;
+/// assert!(decision.allowed);
+/// assert_eq!(decision.remaining(), 7);
+/// // A peek decides without counting.
+/// assert_eq!(limiter.peek("tenant-7", &policy, 1).await?.remaining(), 7);
+/// # Ok(())
+/// # }
+/// ```
 pub struct Limiter<S> {
     store: S,
     clock: Arc<dyn Clock>,

@@ -99,18 +99,17 @@ fn parse_exposition(page: &str) -> HashMap<String, f64> {
         };
         let name = key.split('{').next().unwrap();
         assert!(name_ok(name), "bad sample name in {line:?}");
-        if let Some(labels) = key.strip_prefix(name) {
-            if !labels.is_empty() {
-                let inner = labels
-                    .strip_prefix('{')
-                    .and_then(|l| l.strip_suffix('}'))
-                    .unwrap_or_else(|| panic!("labels of {line:?}"));
-                for pair in inner.split("\",").filter(|p| !p.is_empty()) {
-                    let (label, quoted) =
-                        pair.split_once("=\"").unwrap_or_else(|| panic!("{line:?}"));
-                    assert!(name_ok(label), "label {label:?} in {line:?}");
-                    assert!(!quoted.trim_end_matches('"').contains('\n'));
-                }
+        if let Some(labels) = key.strip_prefix(name)
+            && !labels.is_empty()
+        {
+            let inner = labels
+                .strip_prefix('{')
+                .and_then(|l| l.strip_suffix('}'))
+                .unwrap_or_else(|| panic!("labels of {line:?}"));
+            for pair in inner.split("\",").filter(|p| !p.is_empty()) {
+                let (label, quoted) = pair.split_once("=\"").unwrap_or_else(|| panic!("{line:?}"));
+                assert!(name_ok(label), "label {label:?} in {line:?}");
+                assert!(!quoted.trim_end_matches('"').contains('\n'));
             }
         }
         let family = [

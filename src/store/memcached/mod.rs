@@ -10,7 +10,7 @@
 //! | file | owns |
 //! |---|---|
 //! | `mod.rs` | the [`Store`] impl: a batch in, counts out |
-//! | [`conn`] | multiplexed, pipelined connections: writer, reader, in-flight queue, stall and redial |
+//! | `conn` | multiplexed, pipelined connections: writer, reader, in-flight queue, stall and redial |
 //! | [`wire`] | keys, meta commands and replies as bytes, no I/O |
 //! | [`route`] | the rendezvous hash that picks a key's node |
 
