@@ -133,6 +133,10 @@ impl<S: Store, K> RateLimitLayer<S, K> {
 
 impl<S, K> Shared<S, K> {
     fn write_headers(&self, decision: &Decision, headers: &mut HeaderMap) {
+        // A shadow policy is invisible to clients (see the server's headers).
+        if decision.shadow {
+            return;
+        }
         let mut state = String::with_capacity(32 * decision.limits.len());
         for (name, limit) in self.names.iter().zip(&decision.limits) {
             if !state.is_empty() {

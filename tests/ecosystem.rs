@@ -227,6 +227,10 @@ async fn shadow_mode_admits_and_tells() {
     assert_eq!(second.json()["allowed"], true);
     assert_eq!(second.json()["would_allow"], false);
     assert!(second.header("retry-after").is_none());
+    assert!(
+        second.header("ratelimit").is_none(),
+        "no RateLimit headers: clients must not slow down for a shadow limit"
+    );
     // The refused request was not counted: the estimate is still 1.
     assert_eq!(second.json()["limits"][0]["estimate"], 1.0);
     let peek = http::post(addr, "/v1/peek", body).await;

@@ -254,6 +254,11 @@ pub(crate) fn rate_limit_headers(
     policy: &PolicyHeaders,
     headers: &mut HeaderMap,
 ) {
+    // A shadow policy is invisible to clients: headers saying r=0 would
+    // make well-behaved ones slow down before the limit is enforced.
+    if decision.shadow {
+        return;
+    }
     let mut state = String::with_capacity(32 * decision.limits.len());
     for (name, limit) in policy.names.iter().zip(&decision.limits) {
         if !state.is_empty() {
