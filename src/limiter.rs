@@ -21,6 +21,8 @@ use crate::store::{
 };
 use crate::window::{self, Counting, LimitState, Verdict};
 
+// Timing, counting by policy and shadow mode around check, peek, report.
+mod observed;
 // Several items decided as one request (Envoy RLS descriptors).
 mod together;
 pub use together::Item;
@@ -313,44 +315,6 @@ impl<S: Store> Limiter<S> {
         result
     }
 
-    /// A check or peek, timed and counted by policy; shadow mode applied.
-    async fn observed(
-        &self,
-        policy: &Policy,
-        deciding: impl Future<Output = Result<Decision, CheckError>>,
-    ) -> Result<Decision, CheckError> {
-        let started = Instant::now();
-        let mut result = deciding.await;
-        if policy.is_shadow() {
-            result = result.map(shadowed);
-        }
-        self.record(policy, &result, started);
-        result
-    }
-
-    fn record(&self, policy: &Policy, result: &Result<Decision, CheckError>, started: Instant) {
-        let took = started.elapsed();
-        match result {
-            Ok(decision) => self.metrics.decided(policy.scope(), decision, took),
-            Err(CheckError::StoreUnavailable(_)) => {
-                self.metrics.refused_by_failure(policy.scope(), took)
-            }
-            Err(_) => {}
-        }
-    }
-
-    /// The limiter's metrics, to register into a Prometheus registry
-    /// ([`Metrics::register`]).
-    pub fn metrics_handles(&self) -> &Metrics {
-        &self.metrics
-    }
-
-    /// Bring the gauges (near-cache entries) up to date before a scrape.
-    pub fn refresh_gauges(&self) {
-        self.metrics
-            .set_near_cache_entries(self.near_cache.settled_len());
-    }
-
     /// Whether the store answers within the timeout.
     pub async fn ready(&self) -> Result<(), StoreError> {
         self.timed(self.store.ping()).await
@@ -639,13 +603,4 @@ impl<S: Store> Limiter<S> {
         }
         result
     }
-}
-
-/// A shadow policy's decision: admitted, saying what it would have decided.
-/// A refused check was not counted (or was rolled back), as without shadow.
-fn shadowed(mut decision: Decision) -> Decision {
-    decision.shadow = true;
-    decision.would_allow = decision.allowed;
-    decision.allowed = true;
-    decision
 }
