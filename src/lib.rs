@@ -26,8 +26,10 @@
 //! | [`limiter`] | [`Limiter`]: near-cache, then store, then window; failure modes |
 //! | [`near_cache`] | the moka cache of hot rejects |
 //! | [`store`] | the [`Store`] trait, [`MemoryStore`], `MemcachedStore` (feature `memcached`) |
-//! | [`metrics`] | counters the limiter keeps about itself |
-//! | `server` | the HTTP service and its configuration (feature `server`); `server::rls`, Envoy RLS over gRPC (feature `grpc`) |
+//! | [`metrics`] | what the limiter counts about itself, as `prometheus-client` metrics |
+//! | `tower` | [`tower::RateLimitLayer`], limiting any tower/axum/hyper service (feature `tower`) |
+//! | `server` | the HTTP service (feature `server`): routes, `/metrics`, hot reload; `server::rls`, Envoy RLS over gRPC (feature `grpc`) |
+//! | `config` | file, environment and flags, validation, reload (feature `server`) |
 //!
 //! # Example
 //!
@@ -65,6 +67,8 @@ pub mod policy;
 #[cfg(feature = "server")]
 pub mod server;
 pub mod store;
+#[cfg(feature = "tower")]
+pub mod tower;
 pub mod window;
 
 pub use clock::{Clock, ManualClock, SystemClock};

@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use smallvec::SmallVec;
 
@@ -23,6 +23,8 @@ use crate::store::{
 };
 use crate::window::{self, Counting, LimitState, Verdict};
 
+// Timing, counting by policy and shadow mode around check, peek, report.
+mod observed;
 // Several items decided as one request (Envoy RLS descriptors).
 mod together;
 pub use together::Item;
@@ -88,6 +90,11 @@ pub struct Decision {
     /// Each limit of the policy, in order.
     pub limits: Vec<LimitState>,
     pub source: Source,
+    /// The policy is in shadow mode ([`Policy::with_shadow`]): `allowed` is
+    /// always true, and `would_allow` says what it would have decided.
+    pub shadow: bool,
+    /// The decision without shadow mode; equal to `allowed` otherwise.
+    pub would_allow: bool,
 }
 
 impl Decision {
@@ -98,6 +105,8 @@ impl Decision {
             retry_after_ms: verdict.retry_after_ms,
             limits: verdict.limits,
             source,
+            shadow: false,
+            would_allow: verdict.allowed,
         }
     }
 
@@ -138,6 +147,36 @@ fn validate(key: &str, cost: u64) -> Result<(), CheckError> {
 
 /// Decides requests against policies, with counters in a [`Store`].
 /// Cheap to share: wrap it in an `Arc`.
+///
+/// ```
+/// use std::time::Duration;
+/// use slidegate::{FailureMode, Limit, Limiter, ManualClock, MemoryStore, Policy};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// // With Memcached: `MemcachedStore::connect(&options).await?` instead.
+/// let limiter = Limiter::builder(MemoryStore::new())
+///     .timeout(Duration::from_millis(50))
+///     .failure_mode(FailureMode::Allow)
+///     // A clock that moves only when told, so the numbers below are exact.
+///     .clock(ManualClock::new(1_700_000_000_000))
+///     .build();
+/// // 10 a second and 100 a minute: both must admit, then both count.
+/// let policy = Policy::new(
+///     "search",
+///     vec![
+///         Limit::per(10, Duration::from_secs(1))?,
+///         Limit::per(100, Duration::from_secs(60))?,
+///     ],
+/// )?;
+/// let decision = limiter.check("tenant-7", &policy, 3).await?;
+/// assert!(decision.allowed);
+/// assert_eq!(decision.remaining(), 7);
+/// // A peek decides without counting.
+/// assert_eq!(limiter.peek("tenant-7", &policy, 1).await?.remaining(), 7);
+/// # Ok(())
+/// # }
+/// ```
 pub struct Limiter<S> {
     store: S,
     clock: Arc<dyn Clock>,
@@ -253,7 +292,8 @@ impl<S: Store> Limiter<S> {
         policy: &Policy,
         cost: u64,
     ) -> Result<Decision, CheckError> {
-        self.decide(key, policy, cost, Counting::IfAdmitted).await
+        self.observed(policy, self.decide(key, policy, cost, Counting::IfAdmitted))
+            .await
     }
 
     /// The decision a check would make now, counting nothing.
@@ -263,7 +303,8 @@ impl<S: Store> Limiter<S> {
         policy: &Policy,
         cost: u64,
     ) -> Result<Decision, CheckError> {
-        self.decide(key, policy, cost, Counting::Never).await
+        self.observed(policy, self.decide(key, policy, cost, Counting::Never))
+            .await
     }
 
     /// Count `cost` whatever the limits say (work that happened anyway); the
@@ -274,7 +315,10 @@ impl<S: Store> Limiter<S> {
         policy: &Policy,
         cost: u64,
     ) -> Result<Decision, CheckError> {
-        self.decide(key, policy, cost, Counting::Always).await
+        let started = Instant::now();
+        let result = self.decide(key, policy, cost, Counting::Always).await;
+        self.record(policy, &result, started);
+        result
     }
 
     /// Whether the store answers within the timeout.
@@ -538,11 +582,13 @@ impl<S: Store> Limiter<S> {
         &self,
         call: impl Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
-        self.metrics.store_call();
+        let started = Instant::now();
         let result = match tokio::time::timeout(self.timeout, call).await {
             Ok(result) => result,
             Err(_) => Err(StoreError::Timeout(self.timeout.as_millis() as u64)),
         };
+        self.metrics
+            .store_call(started.elapsed(), result.as_ref().err());
         match &result {
             Ok(_) => {
                 if !self.store_healthy.swap(true, Ordering::Relaxed) {
@@ -550,7 +596,6 @@ impl<S: Store> Limiter<S> {
                 }
             }
             Err(error) => {
-                self.metrics.store_error();
                 if self.store_healthy.swap(false, Ordering::Relaxed) {
                     tracing::warn!(store = self.store.kind(), %error, mode = ?self.failure_mode, "store failing; the failure mode decides until it answers");
                 } else {

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Parser;
+use slidegate::config::reload::Reloader;
 use slidegate::config::{Config, Overrides};
 use slidegate::server::{self, App};
 use tokio::net::TcpListener;
@@ -13,11 +14,14 @@ use tracing_subscriber::EnvFilter;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
+        // Colour codes only for a person at a terminal, not in log files.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
         )
         .init();
-    let config = Config::load(&Overrides::parse())?;
+    let overrides = Overrides::parse();
+    let config = Config::load(&overrides)?;
     let app = App::from_config(&config)
         .await
         .context("cannot set up the Memcached store")?;
@@ -34,7 +38,7 @@ async fn main() -> anyhow::Result<()> {
             tracing::warn!(%error, mode = ?config.failure_mode, "Memcached does not answer yet; the failure mode decides until it does");
         }
     }
-    tracing::info!(policies = ?config.policies.keys().collect::<Vec<_>>(), "policies loaded");
+    tracing::info!(policies = ?config.policies.keys().collect::<Vec<_>>(), "policies loaded (SIGHUP or a change of the file reloads them)");
 
     let listener = TcpListener::bind(config.listen)
         .await
@@ -55,6 +59,11 @@ async fn main() -> anyhow::Result<()> {
         let _ = stopped.wait_for(|stop| *stop).await;
     };
     let rls = serve_rls(&config, app.clone(), until_stopped(stopped.clone())).await?;
+    tokio::spawn(server::reload::watch(
+        app.clone(),
+        Reloader::new(overrides, config.clone()),
+        until_stopped(stopped.clone()),
+    ));
     server::serve(listener, app, until_stopped(stopped)).await?;
     if let Some(rls) = rls {
         rls.await.context("the RLS server task failed")??;

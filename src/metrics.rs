@@ -1,17 +1,173 @@
-//! Counters the limiter keeps about itself; the server renders them for
-//! Prometheus. Plain atomics: they are bumped on every request.
+//! What the limiter counts about itself, as `prometheus-client` metrics.
+//!
+//! Every handle is registered once; the hot path only bumps atomics behind
+//! handles it already holds. Labels come from the configuration (a policy's
+//! name, `inline` for limits given in a request) or from fixed sets, never
+//! from keys, so the number of series is bounded whatever clients send.
+//!
+//! A library user exposes them with [`Metrics::register`] into their own
+//! [`Registry`]; the server does the same for `GET /metrics`.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
-use crate::limiter::Source;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
 
-#[derive(Default)]
+use crate::limiter::{Decision, Source};
+use crate::store::StoreError;
+
+/// Upper bounds of the latency buckets, in seconds: 100 µs (a near-cache
+/// answer) to 1 s (far past any sane store timeout).
+const LATENCY_BUCKETS: [f64; 13] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+];
+
+/// How a decision ended, for `slidegate_decisions_total{outcome}`.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum Outcome {
+    /// Admitted by the store's counts.
+    allowed,
+    /// Refused by the store's counts.
+    rejected,
+    /// Refused from the near-cache, without a store round trip.
+    near_cache,
+    /// The store failed: the failure mode decided (either way).
+    fallback,
+    /// A shadow policy would have refused, and admitted.
+    shadow,
+}
+
+impl Outcome {
+    const ALL: [Outcome; 5] = [
+        Outcome::allowed,
+        Outcome::rejected,
+        Outcome::near_cache,
+        Outcome::fallback,
+        Outcome::shadow,
+    ];
+
+    fn of(decision: &Decision) -> Outcome {
+        if decision.shadow && !decision.would_allow {
+            Outcome::shadow
+        } else {
+            match (decision.source, decision.allowed) {
+                (Source::Fallback, _) => Outcome::fallback,
+                (Source::NearCache, _) => Outcome::near_cache,
+                (Source::Store, true) => Outcome::allowed,
+                (Source::Store, false) => Outcome::rejected,
+            }
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DecisionLabels {
+    policy: String,
+    outcome: Outcome,
+}
+
+/// Why a store call failed, for `slidegate_store_errors_total{kind}`.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum ErrorKind {
+    /// No answer within the timeout.
+    timeout,
+    /// No connection: refused, reset, unreachable.
+    refused,
+    /// An unexpected answer, or a connection lost mid-request.
+    protocol,
+    /// Too many requests already waiting: refused without being sent.
+    overloaded,
+}
+
+impl ErrorKind {
+    fn of(error: &StoreError) -> ErrorKind {
+        match error {
+            StoreError::Timeout(_) => ErrorKind::timeout,
+            StoreError::Unreachable(_) => ErrorKind::refused,
+            StoreError::Ambiguous(_) | StoreError::Protocol(_) => ErrorKind::protocol,
+            StoreError::Overloaded(_) => ErrorKind::overloaded,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: ErrorKind,
+}
+
+/// One policy's decision counters, one per outcome, taken from the family
+/// once so that counting is one atomic add.
+#[derive(Debug)]
+struct PolicyCounters([Counter; 5]);
+
+impl PolicyCounters {
+    fn new(family: &Family<DecisionLabels, Counter>, policy: &str) -> PolicyCounters {
+        PolicyCounters(Outcome::ALL.map(|outcome| {
+            family.get_or_create_owned(&DecisionLabels {
+                policy: policy.to_owned(),
+                outcome,
+            })
+        }))
+    }
+
+    fn count(&self, outcome: Outcome) {
+        self.0[outcome as usize].inc();
+    }
+}
+
 pub struct Metrics {
+    decisions: Family<DecisionLabels, Counter>,
+    by_policy: RwLock<HashMap<Box<str>, Arc<PolicyCounters>>>,
+    inline: PolicyCounters,
+    check_duration: Histogram,
+    store_duration: Histogram,
+    store_calls: Counter,
+    store_errors: Family<KindLabels, Counter>,
+    store_errors_by_kind: [Counter; 4],
+    rollback_failures: Counter,
+    near_cache_hits: Counter,
+    near_cache_entries: Gauge,
+    // Decisions by source, for `MetricsSnapshot` (tests and embedders).
     allowed: [AtomicU64; 3],
     rejected: [AtomicU64; 3],
-    store_calls: AtomicU64,
-    store_errors: AtomicU64,
-    rollback_failures: AtomicU64,
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        let decisions = Family::<DecisionLabels, Counter>::default();
+        let store_errors = Family::<KindLabels, Counter>::default();
+        let store_errors_by_kind = [
+            ErrorKind::timeout,
+            ErrorKind::refused,
+            ErrorKind::protocol,
+            ErrorKind::overloaded,
+        ]
+        .map(|kind| store_errors.get_or_create_owned(&KindLabels { kind }));
+        Metrics {
+            inline: PolicyCounters::new(&decisions, crate::policy::INLINE_SCOPE),
+            decisions,
+            by_policy: RwLock::default(),
+            check_duration: Histogram::new(LATENCY_BUCKETS),
+            store_duration: Histogram::new(LATENCY_BUCKETS),
+            store_calls: Counter::default(),
+            store_errors,
+            store_errors_by_kind,
+            rollback_failures: Counter::default(),
+            near_cache_hits: Counter::default(),
+            near_cache_entries: Gauge::default(),
+            allowed: Default::default(),
+            rejected: Default::default(),
+        }
+    }
 }
 
 /// A copy of the counters at one instant.
@@ -37,6 +193,110 @@ impl MetricsSnapshot {
 }
 
 impl Metrics {
+    /// Add the limiter's families to `registry` (prefix `slidegate_`). The
+    /// registry holds handles to the same counters: register once, scrape
+    /// as often as wanted; call [`crate::Limiter::refresh_gauges`] first.
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "slidegate_decisions",
+            "Decisions by policy (`inline` for limits given in the request) and outcome",
+            self.decisions.clone(),
+        );
+        registry.register(
+            "slidegate_check_duration_seconds",
+            "Time to decide a check, peek or report, near-cache and store included",
+            self.check_duration.clone(),
+        );
+        registry.register(
+            "slidegate_store_duration_seconds",
+            "Time of one store round trip (timeouts included, at the timeout)",
+            self.store_duration.clone(),
+        );
+        registry.register(
+            "slidegate_store_calls",
+            "Round trips to the store, rollbacks included",
+            self.store_calls.clone(),
+        );
+        registry.register(
+            "slidegate_store_errors",
+            "Store calls that failed, by kind: timeout, refused, protocol, overloaded",
+            self.store_errors.clone(),
+        );
+        registry.register(
+            "slidegate_rollback_failures",
+            "Rejected requests whose increment could not be taken back",
+            self.rollback_failures.clone(),
+        );
+        registry.register(
+            "slidegate_near_cache_hits",
+            "Rejects answered by the near-cache without a store round trip",
+            self.near_cache_hits.clone(),
+        );
+        registry.register(
+            "slidegate_near_cache_entries",
+            "Keys remembered by the near-cache of hot rejects",
+            self.near_cache_entries.clone(),
+        );
+    }
+
+    /// Create the series of a named policy now (every outcome at 0), so that
+    /// dashboards see it before its first request and counting it never
+    /// allocates.
+    pub fn register_policy(&self, name: &str) {
+        self.policy_counters(name);
+    }
+
+    fn policy_counters(&self, name: &str) -> Arc<PolicyCounters> {
+        // A poisoned lock only means a panic elsewhere mid-insert; the map
+        // itself is still whole.
+        if let Some(found) = self
+            .by_policy
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get(name)
+        {
+            return found.clone();
+        }
+        let mut map = self
+            .by_policy
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        map.entry(name.into())
+            .or_insert_with(|| Arc::new(PolicyCounters::new(&self.decisions, name)))
+            .clone()
+    }
+
+    /// One decision of a policy (by its scope), and how long it took.
+    pub(crate) fn decided(&self, scope: &str, decision: &Decision, took: Duration) {
+        self.check_duration.observe(took.as_secs_f64());
+        self.count_outcome(scope, Outcome::of(decision));
+    }
+
+    /// A check the failure mode refused with an error (`deny`).
+    pub(crate) fn refused_by_failure(&self, scope: &str, took: Duration) {
+        self.check_duration.observe(took.as_secs_f64());
+        self.count_outcome(scope, Outcome::fallback);
+    }
+
+    fn count_outcome(&self, scope: &str, outcome: Outcome) {
+        if scope == crate::policy::INLINE_SCOPE {
+            self.inline.count(outcome);
+            return;
+        }
+        let found = self
+            .by_policy
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get(scope)
+            .map(|counters| counters.count(outcome))
+            .is_some();
+        if !found {
+            // A policy no one registered (a library user's): its series is
+            // created on first use, once.
+            self.policy_counters(scope).count(outcome);
+        }
+    }
+
     pub(crate) fn decision(&self, source: Source, allowed: bool) {
         let counters = if allowed {
             &self.allowed
@@ -44,18 +304,27 @@ impl Metrics {
             &self.rejected
         };
         counters[source.index()].fetch_add(1, Ordering::Relaxed);
+        if source == Source::NearCache {
+            self.near_cache_hits.inc();
+        }
     }
 
-    pub(crate) fn store_call(&self) {
-        self.store_calls.fetch_add(1, Ordering::Relaxed);
-    }
-
-    pub(crate) fn store_error(&self) {
-        self.store_errors.fetch_add(1, Ordering::Relaxed);
+    /// One store round trip, its time and its failure if any.
+    pub(crate) fn store_call(&self, took: Duration, error: Option<&StoreError>) {
+        self.store_calls.inc();
+        self.store_duration.observe(took.as_secs_f64());
+        if let Some(error) = error {
+            self.store_errors_by_kind[ErrorKind::of(error) as usize].inc();
+        }
     }
 
     pub(crate) fn rollback_failure(&self) {
-        self.rollback_failures.fetch_add(1, Ordering::Relaxed);
+        self.rollback_failures.inc();
+    }
+
+    pub(crate) fn set_near_cache_entries(&self, entries: u64) {
+        self.near_cache_entries
+            .set(i64::try_from(entries).unwrap_or(i64::MAX));
     }
 
     pub fn snapshot(&self) -> MetricsSnapshot {
@@ -63,9 +332,9 @@ impl Metrics {
         MetricsSnapshot {
             allowed: self.allowed.each_ref().map(load),
             rejected: self.rejected.each_ref().map(load),
-            store_calls: load(&self.store_calls),
-            store_errors: load(&self.store_errors),
-            rollback_failures: load(&self.rollback_failures),
+            store_calls: self.store_calls.get(),
+            store_errors: self.store_errors_by_kind.iter().map(Counter::get).sum(),
+            rollback_failures: self.rollback_failures.get(),
         }
     }
 }

@@ -182,6 +182,15 @@ impl NearCache {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// The count after moka's pending bookkeeping is done: exact, for a
+    /// gauge read once per scrape, never on the request path.
+    pub fn settled_len(&self) -> u64 {
+        self.cache.as_ref().map_or(0, |cache| {
+            cache.run_pending_tasks();
+            cache.entry_count()
+        })
+    }
 }
 
 #[cfg(test)]

@@ -140,6 +140,8 @@ pub struct Policy {
     /// A hash of the limits' windows, computed once: it tells the
     /// near-cache's entries of one key under different policies apart.
     windows_id: u64,
+    /// Shadow mode: decide and count as usual, but always admit.
+    shadow: bool,
 }
 
 impl Policy {
@@ -195,7 +197,37 @@ impl Policy {
             scope,
             windows_id: hasher.finish(),
             limits,
+            shadow: false,
         })
+    }
+
+    /// The same policy in shadow mode (or not): it decides and counts
+    /// exactly as without it (a request it would refuse is not counted), but
+    /// admits every request, and says what it would have decided
+    /// ([`crate::Decision::would_allow`]). For rolling out a limit safely:
+    /// watch `slidegate_decisions_total{outcome="shadow"}` first.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use slidegate::{Limit, Limiter, MemoryStore, Policy};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limiter = Limiter::new(MemoryStore::new());
+    /// let policy = Policy::new("new-limit", vec![Limit::per(1, Duration::from_secs(60))?])?
+    ///     .with_shadow(true);
+    /// limiter.check("k", &policy, 1).await?;
+    /// let second = limiter.check("k", &policy, 1).await?;
+    /// assert!(second.allowed && second.shadow && !second.would_allow);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn with_shadow(mut self, shadow: bool) -> Policy {
+        self.shadow = shadow;
+        self
+    }
+
+    pub fn is_shadow(&self) -> bool {
+        self.shadow
     }
 
     pub fn scope(&self) -> &str {

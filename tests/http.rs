@@ -329,13 +329,14 @@ async fn statuses_for_size_method_and_path() {
         metrics
             .header("content-type")
             .unwrap()
-            .starts_with("text/plain")
+            .starts_with("application/openmetrics-text")
     );
     for line in [
-        "slidegate_decisions_total{allowed=\"true\",source=\"store\"} 1",
-        "slidegate_decisions_total{allowed=\"false\",source=\"store\"} 1",
+        "slidegate_decisions_total{policy=\"api\",outcome=\"allowed\"} 1",
+        "slidegate_decisions_total{policy=\"api\",outcome=\"rejected\"} 1",
+        "slidegate_decisions_total{policy=\"api\",outcome=\"near_cache\"} 1",
         "slidegate_near_cache_hits_total 1",
-        "slidegate_store_errors_total 0",
+        "slidegate_store_errors_total{kind=\"timeout\"} 0",
     ] {
         assert!(
             metrics.body.lines().any(|l| l == line),
@@ -516,7 +517,7 @@ async fn store_outage_over_http() {
     assert!(
         metrics
             .body
-            .contains("slidegate_decisions_total{allowed=\"true\",source=\"fallback\"} 1")
+            .contains("slidegate_decisions_total{policy=\"api\",outcome=\"fallback\"} 1")
     );
 
     memcached.restart();

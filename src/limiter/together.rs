@@ -333,6 +333,8 @@ fn refused() -> Decision {
         retry_after_ms: None,
         limits: Vec::new(),
         source: Source::Fallback,
+        shadow: false,
+        would_allow: false,
     }
 }
 

@@ -150,6 +150,12 @@ struct DecisionBody<'a> {
     retry_after_ms: Option<u64>,
     limits: LimitBodies<'a>,
     source: &'static str,
+    /// Present for a shadow policy only: it admitted, and says what it
+    /// would have decided.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    shadow: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    would_allow: Option<bool>,
 }
 
 /// The limits of a decision, serialized as they are, not copied first.
@@ -183,6 +189,8 @@ pub(crate) fn decision_json(decision: &Decision) -> Bytes {
         retry_after_ms: decision.retry_after_ms,
         limits: LimitBodies(&decision.limits),
         source: decision.source.as_str(),
+        shadow: decision.shadow.then_some(true),
+        would_allow: decision.shadow.then_some(decision.would_allow),
     };
     // One limit's answer takes about 180 bytes: one allocation, no regrowth.
     let mut buffer = Vec::with_capacity(128 + 96 * decision.limits.len());
@@ -246,6 +254,11 @@ pub(crate) fn rate_limit_headers(
     policy: &PolicyHeaders,
     headers: &mut HeaderMap,
 ) {
+    // A shadow policy is invisible to clients: headers saying r=0 would
+    // make well-behaved ones slow down before the limit is enforced.
+    if decision.shadow {
+        return;
+    }
     let mut state = String::with_capacity(32 * decision.limits.len());
     for (name, limit) in policy.names.iter().zip(&decision.limits) {
         if !state.is_empty() {

@@ -3,13 +3,15 @@
 //! so tests run the real server on port 0.
 
 mod api;
+mod metrics;
+pub mod reload;
 #[cfg(feature = "grpc")]
 pub mod rls;
 mod routes;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use hyper::server::conn::http1;
@@ -36,12 +38,21 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// settings.
 pub struct App {
     limiter: Limiter<AnyStore>,
-    policies: HashMap<String, api::Served>,
-    auth: AuthConfig,
+    /// What a reload replaces. A request takes the `Arc` once, so it is
+    /// decided under one consistent set of policies even while a reload
+    /// swaps them; nothing waits but the swap itself.
+    live: RwLock<Arc<Live>>,
+    metrics: metrics::ServerMetrics,
     /// Envoy RLS rules, when configured: served by [`rls::serve`], counted
     /// in /metrics.
     #[cfg(feature = "grpc")]
     rls: Option<Arc<rls::Rls>>,
+}
+
+/// The settings that change without a restart.
+pub(crate) struct Live {
+    pub policies: HashMap<String, api::Served>,
+    pub auth: AuthConfig,
 }
 
 impl App {
@@ -50,22 +61,67 @@ impl App {
         policies: impl IntoIterator<Item = Policy>,
         auth: AuthConfig,
     ) -> App {
+        let metrics = metrics::ServerMetrics::new(limiter.metrics_handles());
+        let live = Self::live_of(&limiter, policies, auth);
         App {
             limiter,
-            policies: policies
-                .into_iter()
-                .map(|policy| (policy.scope().to_owned(), api::Served::new(policy)))
-                .collect(),
-            auth,
+            live: RwLock::new(Arc::new(live)),
+            metrics,
             #[cfg(feature = "grpc")]
             rls: None,
         }
     }
 
+    fn live_of(
+        limiter: &Limiter<AnyStore>,
+        policies: impl IntoIterator<Item = Policy>,
+        auth: AuthConfig,
+    ) -> Live {
+        let policies = policies
+            .into_iter()
+            .map(|policy| {
+                limiter.metrics_handles().register_policy(policy.scope());
+                (policy.scope().to_owned(), api::Served::new(policy))
+            })
+            .collect();
+        Live { policies, auth }
+    }
+
+    /// The policies and forward-auth settings in force now.
+    pub(crate) fn live(&self) -> Arc<Live> {
+        // A panic while swapping cannot leave half an Arc behind.
+        self.live
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// Put new policies and forward-auth settings in force. Requests being
+    /// decided finish under the old ones; counters are kept, since a
+    /// policy's counters are identified by its name, not its limits.
+    pub fn apply(&self, policies: impl IntoIterator<Item = Policy>, auth: AuthConfig) {
+        let live = Arc::new(Self::live_of(&self.limiter, policies, auth));
+        *self
+            .live
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = live;
+    }
+
+    /// Names of the policies in force, sorted.
+    pub fn policy_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.live().policies.keys().cloned().collect();
+        names.sort_unstable();
+        names
+    }
+
     /// Serve these Envoy RLS rules (see [`rls::serve`]).
     #[cfg(feature = "grpc")]
     pub fn with_rls(mut self, rls: rls::Rls) -> App {
-        self.rls = Some(Arc::new(rls));
+        let rls = Arc::new(rls);
+        self.metrics
+            .registry_mut()
+            .register_collector(Box::new(rls::RlsCollector(rls.clone())));
+        self.rls = Some(rls);
         self
     }
 
@@ -123,7 +179,11 @@ pub async fn serve(
         let app = app.clone();
         let service = service_fn(move |request| {
             let app = app.clone();
-            async move { Ok::<_, std::convert::Infallible>(routes::handle(&app, request, peer).await) }
+            async move {
+                let response = routes::handle(&app, request, peer).await;
+                app.metrics.answered(response.status());
+                Ok::<_, std::convert::Infallible>(response)
+            }
         });
         let connection = http1::Builder::new()
             .timer(TokioTimer::new())

@@ -1,12 +1,11 @@
 //! Routes: method and path to handler, and the handlers themselves.
 
-use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::task::Poll;
 
 use http_body_util::{BodyExt, Limited};
 use hyper::body::{Bytes, Incoming};
-use hyper::header::{ALLOW, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
+use hyper::header::{ALLOW, CONTENT_LENGTH, HeaderValue};
 use hyper::{HeaderMap, Method, Request, Response, StatusCode};
 
 use super::api::{self, Body, Call};
@@ -34,9 +33,12 @@ pub(crate) async fn handle(
         "/v1/report" if post => decide(app, request, Operation::Report).await,
         "/v1/check" | "/v1/peek" | "/v1/report" => method_not_allowed("POST"),
         "/v1/auth" if get => forward_auth(app, &request, peer).await,
+        path if get && path.starts_with("/v1/auth/") => {
+            forward_auth_path(app, &request, peer, &path["/v1/auth/".len()..]).await
+        }
         "/healthz" if get => api::json(StatusCode::OK, serde_json::json!({ "status": "ok" })),
         "/readyz" if get => ready(app).await,
-        "/metrics" if get => metrics(app),
+        "/metrics" if get => super::metrics::respond(app),
         "/v1/auth" | "/healthz" | "/readyz" | "/metrics" => method_not_allowed("GET, HEAD"),
         path => api::error(StatusCode::NOT_FOUND, format!("no such endpoint: {path}")),
     }
@@ -58,7 +60,8 @@ async fn decide(app: &App, request: Request<Incoming>, operation: Operation) -> 
         Ok(body) => body,
         Err(response) => return response,
     };
-    let Call { key, served, cost } = match api::parse_call(&body, &app.policies) {
+    let live = app.live();
+    let Call { key, served, cost } = match api::parse_call(&body, &live.policies) {
         Ok(call) => call,
         Err(message) => return api::error(StatusCode::BAD_REQUEST, message),
     };
@@ -141,9 +144,10 @@ async fn read_body(request: Request<Incoming>) -> Result<Bytes, Response<Body>> 
 /// Forward-auth for proxies: `GET /v1/auth?policy=NAME[&cost=N][&deny_status=S]`.
 /// Admitted: 200 with the rate-limit headers and an empty body.
 async fn forward_auth(app: &App, request: &Request<Incoming>, peer: SocketAddr) -> Response<Body> {
+    let live = app.live();
     let mut policy_name = None;
     let mut cost = 1;
-    let mut deny_status = app.auth.deny_status;
+    let mut deny_status = live.auth.deny_status;
     for (name, value) in form_urlencoded::parse(request.uri().query().unwrap_or("").as_bytes()) {
         match name.as_ref() {
             "policy" => policy_name = Some(value.into_owned()),
@@ -177,11 +181,40 @@ async fn forward_auth(app: &App, request: &Request<Incoming>, peer: SocketAddr) 
     let Some(policy_name) = policy_name else {
         return api::error(StatusCode::BAD_REQUEST, "policy: is required");
     };
-    let served = match api::named_policy(&policy_name, &app.policies) {
+    authorize(app, &live, &policy_name, cost, deny_status, request, peer).await
+}
+
+/// Forward-auth for proxies that append the client's path and query to the
+/// one they are given (Envoy ext_authz's `path_prefix`):
+/// `GET /v1/auth/NAME[/anything][?anything]`. The policy is the segment
+/// after `/v1/auth/`; the rest and the query are the client's, ignored;
+/// cost 1, the configured `deny_status`.
+async fn forward_auth_path(
+    app: &App,
+    request: &Request<Incoming>,
+    peer: SocketAddr,
+    rest: &str,
+) -> Response<Body> {
+    let live = app.live();
+    let policy_name = rest.split('/').next().unwrap_or_default();
+    let deny_status = live.auth.deny_status;
+    authorize(app, &live, policy_name, 1, deny_status, request, peer).await
+}
+
+async fn authorize(
+    app: &App,
+    live: &super::Live,
+    policy_name: &str,
+    cost: u64,
+    deny_status: u16,
+    request: &Request<Incoming>,
+    peer: SocketAddr,
+) -> Response<Body> {
+    let served = match api::named_policy(policy_name, &live.policies) {
         Ok(served) => served,
         Err(message) => return api::error(StatusCode::BAD_REQUEST, message),
     };
-    let key = match auth_key(request.headers(), peer, &app.auth.trusted_proxies) {
+    let key = match auth_key(request.headers(), peer, &live.auth.trusted_proxies) {
         Ok(key) => key,
         Err(message) => return api::error(StatusCode::BAD_REQUEST, message),
     };
@@ -252,81 +285,6 @@ async fn ready(app: &App) -> Response<Body> {
             }),
         ),
     }
-}
-
-/// Prometheus text format.
-fn metrics(app: &App) -> Response<Body> {
-    let snapshot = app.limiter.metrics();
-    let mut text = String::new();
-    let mut family = |name: &str, kind: &str, help: &str, samples: &[(String, u64)]| {
-        let _ = writeln!(text, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        for (labels, value) in samples {
-            let _ = writeln!(text, "{name}{labels} {value}");
-        }
-    };
-    let decisions: Vec<(String, u64)> = Source::ALL
-        .iter()
-        .enumerate()
-        .flat_map(|(index, source)| {
-            [
-                (true, snapshot.allowed[index]),
-                (false, snapshot.rejected[index]),
-            ]
-            .map(|(allowed, value)| {
-                (
-                    format!("{{allowed=\"{allowed}\",source=\"{}\"}}", source.as_str()),
-                    value,
-                )
-            })
-        })
-        .collect();
-    family(
-        "slidegate_decisions_total",
-        "counter",
-        "Decisions by outcome and where they came from.",
-        &decisions,
-    );
-    let plain = |value| vec![(String::new(), value)];
-    family(
-        "slidegate_near_cache_hits_total",
-        "counter",
-        "Rejects answered by the near-cache without a store round trip.",
-        &plain(snapshot.near_cache_hits()),
-    );
-    family(
-        "slidegate_near_cache_entries",
-        "gauge",
-        "Keys remembered by the near-cache of hot rejects.",
-        &plain(app.limiter.near_cache_len()),
-    );
-    family(
-        "slidegate_store_calls_total",
-        "counter",
-        "Round trips to the store.",
-        &plain(snapshot.store_calls),
-    );
-    family(
-        "slidegate_store_errors_total",
-        "counter",
-        "Store calls that failed or timed out.",
-        &plain(snapshot.store_errors),
-    );
-    family(
-        "slidegate_rollback_failures_total",
-        "counter",
-        "Rejected requests whose increment could not be taken back.",
-        &plain(snapshot.rollback_failures),
-    );
-    #[cfg(feature = "grpc")]
-    if let Some(rls) = &app.rls {
-        rls.render_metrics(&mut text);
-    }
-    let mut response = Response::new(Body::new(Bytes::from(text)));
-    response.headers_mut().insert(
-        CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
-    );
-    response
 }
 
 #[cfg(test)]

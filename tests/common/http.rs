@@ -40,6 +40,36 @@ pub async fn send(
     let stream = TcpStream::connect(addr)
         .await
         .expect("connect to the server");
+    send_on(stream, addr, method, path, headers, body).await
+}
+
+/// A GET from a chosen loopback address (127.0.0.2, ...), as a distinct
+/// client would send it.
+pub async fn get_from(
+    from: std::net::IpAddr,
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Response {
+    let socket = tokio::net::TcpSocket::new_v4().expect("a socket");
+    socket
+        .bind(SocketAddr::new(from, 0))
+        .unwrap_or_else(|error| panic!("bind {from}: {error}"));
+    let stream = socket
+        .connect(addr)
+        .await
+        .unwrap_or_else(|error| panic!("connect to {addr}: {error}"));
+    send_on(stream, addr, "GET", path, headers, Bytes::new()).await
+}
+
+async fn send_on(
+    stream: TcpStream,
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: impl Into<Bytes>,
+) -> Response {
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .expect("HTTP handshake");

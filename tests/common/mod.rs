@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod http;
+pub mod process;
 pub mod proxy;
 
 use std::io::{BufRead, BufReader, Write};

@@ -2,8 +2,11 @@
 //! configuration only (a rule's name or path), never from request values, so
 //! their number is bounded by the configuration, whatever clients send.
 
-use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::ConstCounter;
 
 /// What happened to the hits of one rule, as envoyproxy/ratelimit counts
 /// them (`total_hits`, `within_limit`, `over_limit`, ...), in hits
@@ -73,59 +76,52 @@ impl ServiceMetrics {
     }
 }
 
-/// Escape a label value for the Prometheus text format.
-fn label(value: &str) -> String {
-    value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
-/// Append the RLS families to a Prometheus text page.
-pub fn render<'r>(
-    text: &mut String,
+/// The RLS families, read from the atomics at each scrape: the rules and
+/// their counters belong to the loaded configuration, not to a registry.
+pub fn encode<'r>(
+    encoder: &mut DescriptorEncoder,
     service: &ServiceMetrics,
-    rules: impl Iterator<Item = (&'r str, String, &'r RuleMetrics)>,
-) {
+    rules: impl Iterator<Item = (&'r str, &'r str, &'r RuleMetrics)>,
+) -> Result<(), std::fmt::Error> {
     let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
-    let _ = writeln!(
-        text,
-        "# HELP slidegate_rls_requests_total ShouldRateLimit calls, by outcome.\n\
-         # TYPE slidegate_rls_requests_total counter"
-    );
+    let mut family = encoder.encode_descriptor(
+        "slidegate_rls_requests",
+        "ShouldRateLimit calls, by outcome.",
+        None,
+        MetricType::Counter,
+    )?;
     for (outcome, counter) in [
         ("answered", &service.requests),
         ("invalid_argument", &service.invalid),
         ("store_unavailable", &service.store_unavailable),
     ] {
-        let _ = writeln!(
-            text,
-            "slidegate_rls_requests_total{{outcome=\"{outcome}\"}} {}",
-            load(counter)
-        );
+        let labels = [("outcome", outcome)];
+        ConstCounter::new(load(counter)).encode(family.encode_family(&labels)?)?;
     }
-    let _ = writeln!(
-        text,
-        "# HELP slidegate_rls_descriptors_unmatched_total Descriptors answered OK with no limit: unknown domain, or no rule.\n\
-         # TYPE slidegate_rls_descriptors_unmatched_total counter\n\
-         slidegate_rls_descriptors_unmatched_total{{reason=\"unknown_domain\"}} {}\n\
-         slidegate_rls_descriptors_unmatched_total{{reason=\"no_rule\"}} {}",
-        load(&service.unknown_domain),
-        load(&service.no_rule),
-    );
-    let _ = writeln!(
-        text,
-        "# HELP slidegate_rls_hits_total Hits (hits_addend) per domain and rule, by result.\n\
-         # TYPE slidegate_rls_hits_total counter"
-    );
+    let mut family = encoder.encode_descriptor(
+        "slidegate_rls_descriptors_unmatched",
+        "Descriptors answered OK with no limit: unknown domain, or no rule.",
+        None,
+        MetricType::Counter,
+    )?;
+    for (reason, counter) in [
+        ("unknown_domain", &service.unknown_domain),
+        ("no_rule", &service.no_rule),
+    ] {
+        let labels = [("reason", reason)];
+        ConstCounter::new(load(counter)).encode(family.encode_family(&labels)?)?;
+    }
+    let mut family = encoder.encode_descriptor(
+        "slidegate_rls_hits",
+        "Hits (hits_addend) per domain and rule, by result.",
+        None,
+        MetricType::Counter,
+    )?;
     for (domain, rule, metrics) in rules {
         for (result, value) in metrics.samples() {
-            let _ = writeln!(
-                text,
-                "slidegate_rls_hits_total{{domain=\"{}\",rule=\"{}\",result=\"{result}\"}} {value}",
-                label(domain),
-                label(&rule),
-            );
+            let labels = [("domain", domain), ("rule", rule), ("result", result)];
+            ConstCounter::new(value).encode(family.encode_family(&labels)?)?;
         }
     }
+    Ok(())
 }

@@ -85,18 +85,28 @@ impl Rls {
     pub fn rules(&self) -> &RuleSet {
         &self.rules
     }
+}
 
-    /// Append the RLS metric families to a Prometheus page.
-    pub fn render_metrics(&self, text: &mut String) {
-        let rules = self.rules.rules().iter().map(|rule| {
-            let label = rule.name.clone().unwrap_or_else(|| rule.path.clone());
+/// The RLS families in the server's registry: read at each scrape from the
+/// rules' own counters, whose labels the configuration bounds.
+#[derive(Debug)]
+pub(crate) struct RlsCollector(pub Arc<Rls>);
+
+impl prometheus_client::collector::Collector for RlsCollector {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        let rls = &self.0;
+        let rules = rls.rules.rules().iter().map(|rule| {
+            let label = rule.name.as_deref().unwrap_or(rule.path.as_str());
             (rule.domain.as_str(), label, &rule.metrics)
         });
-        let overrides = self
+        let overrides = rls
             .rules
             .overrides()
-            .map(|(domain, metrics)| (domain, "override".to_owned(), metrics));
-        metrics::render(text, &self.metrics, rules.chain(overrides));
+            .map(|(domain, metrics)| (domain, "override", metrics));
+        metrics::encode(&mut encoder, &rls.metrics, rules.chain(overrides))
     }
 }
 

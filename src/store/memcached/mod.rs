@@ -10,8 +10,8 @@
 //! | file | owns |
 //! |---|---|
 //! | `mod.rs` | the [`Store`] impl: a batch in, counts out; the node list in use |
-//! | [`conn`] | multiplexed, pipelined connections: writer, reader, in-flight queue, stall and redial |
-//! | [`dial`] | plain TCP or TLS (rustls) connections |
+//! | `conn` | multiplexed, pipelined connections: writer, reader, in-flight queue, stall and redial |
+//! | `dial` | plain TCP or TLS (rustls) connections |
 //! | [`discovery`] | ElastiCache Auto Discovery: `config get cluster`, polled |
 //! | [`wire`] | keys, meta commands and replies as bytes, no I/O |
 //! | [`route`] | the rendezvous hash that picks a key's node |

@@ -16,10 +16,15 @@ use crate::store::DEFAULT_CONNECTIONS;
 #[cfg(feature = "memcached")]
 use crate::store::MemcachedOptions;
 
+pub mod reload;
+
 pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(
     std::net::Ipv4Addr::LOCALHOST,
     8080,
 ));
+
+/// How often the configuration file is read for changes by default.
+pub const DEFAULT_WATCH: Duration = Duration::from_secs(1);
 
 /// Flags, each with its environment twin (clap reads the variable when the
 /// flag is absent, so flags win over the environment).
@@ -81,6 +86,14 @@ struct FileConfig {
     policies: BTreeMap<String, PolicySection>,
     #[serde(default)]
     rls: RlsSection,
+    #[serde(default)]
+    reload: ReloadSection,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReloadSection {
+    watch_ms: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -122,6 +135,8 @@ struct AuthSection {
 #[serde(deny_unknown_fields)]
 struct PolicySection {
     limits: Vec<LimitSpec>,
+    #[serde(default)]
+    shadow: bool,
 }
 
 /// The validated configuration.
@@ -142,6 +157,9 @@ pub struct Config {
     pub rls_listen: Option<SocketAddr>,
     /// envoyproxy/ratelimit YAML rules for RLS: a file or a directory.
     pub rls_config: Option<PathBuf>,
+    /// How often the file is read for changes, to reload it; `None`: only
+    /// on SIGHUP.
+    pub watch: Option<Duration>,
 }
 
 /// Forward-auth settings (`GET /v1/auth`).
@@ -287,7 +305,7 @@ impl Config {
                 }
                 _ => in_file(&format!("{field}.limits"), error.to_string()),
             })?;
-            policies.insert(name.clone(), policy);
+            policies.insert(name.clone(), policy.with_shadow(section.shadow));
         }
 
         let mut auth = AuthConfig::default();
@@ -329,6 +347,18 @@ impl Config {
             ));
         }
 
+        let watch = match file.reload.watch_ms {
+            None => Some(DEFAULT_WATCH),
+            Some(0) => None,
+            Some(ms @ 100..=3_600_000) => Some(Duration::from_millis(ms)),
+            Some(ms) => {
+                return Err(in_file(
+                    "reload.watch_ms",
+                    format!("must be 0 (off) or from 100 to 3600000 ms, got {ms}"),
+                ));
+            }
+        };
+
         Ok(Config {
             listen,
             servers,
@@ -341,7 +371,34 @@ impl Config {
             auth,
             rls_listen,
             rls_config,
+            watch,
         })
+    }
+
+    /// The settings that differ in `new` but only take effect on a restart:
+    /// the listen addresses, the store and the limiter's settings. Policies
+    /// and `[auth]` apply live.
+    pub fn needs_restart(&self, new: &Config) -> Vec<&'static str> {
+        let mut changed = Vec::new();
+        let mut compare = |name, differs: bool| {
+            if differs {
+                changed.push(name);
+            }
+        };
+        compare("listen", self.listen != new.listen);
+        compare("memcached.servers", self.servers != new.servers);
+        compare("memcached.namespace", self.namespace != new.namespace);
+        compare("memcached.connections", self.connections != new.connections);
+        compare("memcached.timeout_ms", self.timeout != new.timeout);
+        compare(
+            "near_cache.capacity",
+            self.near_cache_capacity != new.near_cache_capacity,
+        );
+        compare("failure.mode", self.failure_mode != new.failure_mode);
+        compare("rls.listen", self.rls_listen != new.rls_listen);
+        compare("rls.config", self.rls_config != new.rls_config);
+        compare("reload.watch_ms", self.watch != new.watch);
+        changed
     }
 
     #[cfg(feature = "memcached")]

@@ -1,0 +1,134 @@
+//! Real programs the tests run beside slidegate (nginx, Caddy, the
+//! slidegate binary, examples): installed with apt-get when missing, started
+//! on loopback, killed when dropped or when the test process dies.
+
+use std::net::{SocketAddr, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A child process killed (and reaped) when dropped; PR_SET_PDEATHSIG kills
+/// it too if the thread that started it ends first.
+pub struct Daemon {
+    child: Child,
+    pub name: String,
+    log: PathBuf,
+}
+
+impl Daemon {
+    /// Start `command`, its stdout and stderr into `log`.
+    pub fn start(name: &str, mut command: Command, log: &Path) -> Daemon {
+        let file = std::fs::File::create(log).expect("create the log file");
+        let err = file.try_clone().expect("clone the log file");
+        command
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(file))
+            .stderr(Stdio::from(err));
+        // SAFETY: prctl is async-signal-safe.
+        unsafe {
+            command.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let child = command
+            .spawn()
+            .unwrap_or_else(|error| panic!("cannot start {name}: {error}"));
+        Daemon {
+            child,
+            name: name.to_owned(),
+            log: log.to_owned(),
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Wait until `addr` accepts connections; panics with the log if the
+    /// process exits or 20 s pass.
+    pub fn wait_for(&mut self, addr: SocketAddr) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("{} exited ({status}):\n{}", self.name, self.log());
+            }
+            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} did not listen on {addr} within 20 s:\n{}",
+                self.name,
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A loopback address whose port was free a moment ago.
+pub fn free_addr() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free loopback port")
+}
+
+/// The path of `binary`, installing Debian's `package` with apt-get when it
+/// is missing (the tests run as root, as CI does). `None` only when the
+/// install is impossible; the caller then skips, loudly.
+pub fn installed(binary: &str, package: &str) -> Option<PathBuf> {
+    if let Some(found) = find(binary) {
+        return Some(found);
+    }
+    // One apt-get at a time across test binaries.
+    let lock = std::fs::File::create(std::env::temp_dir().join("slidegate-apt.lock")).ok()?;
+    lock.lock().ok()?;
+    if let Some(found) = find(binary) {
+        return Some(found);
+    }
+    eprintln!("{binary} is not installed: running apt-get install -y {package}");
+    let install = || {
+        Command::new("apt-get")
+            .args(["install", "-y", "-q", package])
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status()
+            .is_ok_and(|status| status.success())
+    };
+    if !install() {
+        let _ = Command::new("apt-get").args(["update", "-q"]).status();
+        install();
+    }
+    find(binary)
+}
+
+fn find(binary: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain([
+            "/usr/bin".into(),
+            "/usr/sbin".into(),
+            "/usr/local/bin".into(),
+        ])
+        .map(|dir| dir.join(binary))
+        .find(|candidate| candidate.is_file())
+}
+
+/// A fresh directory under the system's temporary one.
+pub fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("{name}-{}", super::unique_namespace()));
+    std::fs::create_dir_all(&dir).expect("create a temporary directory");
+    dir
+}

@@ -1,0 +1,226 @@
+//! What teams adopt slidegate through, checked against the real thing:
+//! the axum example running, the Docker compose file, and the README's
+//! configuration reference. (`/metrics`, the dashboard and shadow mode:
+//! tests/served.rs.)
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::http;
+use common::process::{self, Daemon};
+
+fn repo(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+fn read(path: &str) -> String {
+    std::fs::read_to_string(repo(path)).unwrap_or_else(|error| panic!("{path}: {error}"))
+}
+
+/// `examples/axum_middleware.rs`, built by `cargo test`, run for real on
+/// the shared memcached.
+#[tokio::test]
+async fn the_axum_example_limits_by_api_key() {
+    let binary = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .and_then(Path::parent)
+        .unwrap()
+        .join("examples/axum_middleware");
+    assert!(
+        binary.is_file(),
+        "{} is missing: `cargo test` builds the examples (or: cargo build --example axum_middleware)",
+        binary.display()
+    );
+    let dir = process::temp_dir("slidegate-axum");
+    let mut command = Command::new(&binary);
+    command
+        .arg(common::shared_memcached().addr())
+        .env("SLIDEGATE_EXAMPLE_LISTEN", "127.0.0.1:0")
+        .env("SLIDEGATE_EXAMPLE_NAMESPACE", common::unique_namespace());
+    let daemon = Daemon::start("axum example", command, &dir.join("axum.log"));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let addr: SocketAddr = loop {
+        if let Some(addr) = daemon.log().lines().find_map(|line| {
+            line.strip_prefix("listening on http://")?
+                .trim()
+                .parse()
+                .ok()
+        }) {
+            break addr;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no address printed:\n{}",
+            daemon.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let hello = |key: &'static str| async move {
+        http::send(addr, "GET", "/hello", &[("x-api-key", key)], Vec::new()).await
+    };
+    for remaining in [2, 1, 0] {
+        let response = hello("k1").await;
+        assert_eq!((response.status, response.body.as_str()), (200, "hello\n"));
+        assert_eq!(
+            response.header("ratelimit-policy"),
+            Some("\"hello\";q=3;w=60")
+        );
+        let state = response.header("ratelimit").unwrap_or_default();
+        assert!(
+            state.starts_with(&format!("\"hello\";r={remaining};")),
+            "{state}"
+        );
+    }
+    let refused = hello("k1").await;
+    assert_eq!(refused.status, 429);
+    assert!(refused.header("retry-after").is_some());
+    assert_eq!(hello("k2").await.status, 200, "another key, its own limit");
+    let by_address = http::get_from("127.0.0.5".parse().unwrap(), addr, "/hello", &[]).await;
+    assert_eq!(by_address.status, 200);
+    assert!(
+        by_address.header("ratelimit").is_some(),
+        "no key: limited by address"
+    );
+}
+
+#[test]
+fn the_compose_file_names_only_what_exists() {
+    let path = repo("docker/compose.yaml");
+    let compose: serde_yaml_ng::Value =
+        serde_yaml_ng::from_str(&read("docker/compose.yaml")).expect("the compose file parses");
+    let dir = path.parent().unwrap();
+    let services = compose["services"].as_mapping().expect("services");
+    let names: BTreeSet<&str> = services.keys().filter_map(|key| key.as_str()).collect();
+    for wanted in ["memcached", "slidegate-1", "slidegate-2", "nginx"] {
+        assert!(names.contains(wanted), "service {wanted}");
+    }
+    let dockerfile = read("docker/Dockerfile");
+    for (name, service) in services {
+        let name = name.as_str().unwrap();
+        for dependency in service["depends_on"].as_sequence().into_iter().flatten() {
+            let dependency = dependency.as_str().unwrap();
+            assert!(names.contains(dependency), "{name} depends on {dependency}");
+        }
+        if let Some(build) = service.get("build") {
+            let context = dir.join(build["context"].as_str().unwrap());
+            assert!(context.is_dir(), "{name}: build context");
+            let file = context.join(build["dockerfile"].as_str().unwrap());
+            assert!(file.is_file(), "{name}: {}", file.display());
+        }
+        for volume in service["volumes"].as_sequence().into_iter().flatten() {
+            let host = volume.as_str().unwrap().split(':').next().unwrap();
+            assert!(dir.join(host).exists(), "{name}: volume {host}");
+        }
+        // Every published port is one the service listens on.
+        let text = serde_yaml_ng::to_string(service).unwrap();
+        for port in service["ports"].as_sequence().into_iter().flatten() {
+            let container = port.as_str().unwrap().rsplit(':').next().unwrap();
+            let listens = text.contains(&format!(":{container}"))
+                || text.contains(&format!("listen {container}"))
+                || (service.get("build").is_some()
+                    && dockerfile.contains(&format!("EXPOSE {container}")));
+            assert!(
+                listens,
+                "{name} publishes {container} but does not listen on it"
+            );
+        }
+        // Every slidegate instance reaches memcached by a service name.
+        if let Some(servers) = service["environment"]["SLIDEGATE_MEMCACHED"].as_str() {
+            let host = servers.split(':').next().unwrap();
+            assert!(names.contains(host), "{name}: memcached at {host}");
+        }
+    }
+    // nginx runs the shipped file: each address its command rewrites is
+    // one that file has.
+    let nginx = serde_yaml_ng::to_string(&services["nginx"]["command"]).unwrap();
+    let shipped = read("examples/proxies/nginx.conf");
+    let mut rewrites = 0;
+    for pattern in nginx.split("'s/").skip(1) {
+        let from = pattern.split('/').next().unwrap();
+        assert!(shipped.contains(from), "nginx.conf has no {from:?}");
+        rewrites += 1;
+    }
+    assert_eq!(rewrites, 3, "{nginx}");
+    // Small, non-root, with a health check on /healthz.
+    assert!(dockerfile.contains("USER "), "non-root user");
+    assert!(dockerfile.contains("HEALTHCHECK") && dockerfile.contains("/healthz"));
+    assert!(dockerfile.matches("FROM ").count() >= 2, "multi-stage");
+}
+
+/// Every key the configuration file accepts, read from the code itself:
+/// each section refuses an unknown key by listing the ones it knows.
+fn accepted_keys() -> BTreeSet<String> {
+    use slidegate::config::{Config, Overrides};
+    let expected = |toml: &str| -> Vec<String> {
+        let error = Config::resolve(Some((Path::new("k.toml"), toml)), &Overrides::default())
+            .expect_err("an unknown key is refused")
+            .to_string();
+        // `expected one of `a`, `b`` or `expected `a` or `b``.
+        let list = error
+            .split_once("unknown field")
+            .and_then(|(_, rest)| rest.split_once("expected"))
+            .unwrap_or_else(|| panic!("{toml}: {error}"))
+            .1;
+        list.split('`')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_owned)
+            .collect()
+    };
+    let mut keys = BTreeSet::new();
+    for top in expected("not_a_key = 1") {
+        let inner = if top == "policies" {
+            expected("[policies.x]\nnot_a_key = 1")
+                .into_iter()
+                .chain(
+                    expected("[policies.x]\nlimits = [{ not_a_key = 1 }]")
+                        .into_iter()
+                        .map(|key| format!("limits[].{key}")),
+                )
+                .map(|key| format!("policies.NAME.{key}"))
+                .collect()
+        } else {
+            let error = Config::resolve(
+                Some((Path::new("k.toml"), &format!("[{top}]\nnot_a_key = 1"))),
+                &Overrides::default(),
+            )
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+            if error.contains("unknown field") {
+                expected(&format!("[{top}]\nnot_a_key = 1"))
+                    .into_iter()
+                    .map(|key| format!("{top}.{key}"))
+                    .collect()
+            } else {
+                vec![top.clone()]
+            }
+        };
+        keys.extend(inner);
+    }
+    keys
+}
+
+#[test]
+fn the_readme_documents_every_config_key() {
+    let readme = read("README.md");
+    let table: BTreeSet<String> = readme
+        .lines()
+        .filter_map(|line| line.strip_prefix("| `"))
+        .filter_map(|rest| rest.split('`').next())
+        .map(str::to_owned)
+        .collect();
+    let keys = accepted_keys();
+    assert!(keys.contains("memcached.servers") && keys.contains("policies.NAME.shadow"));
+    let missing: Vec<&String> = keys.iter().filter(|key| !table.contains(*key)).collect();
+    assert!(
+        missing.is_empty(),
+        "README's configuration table lacks {missing:?} (it has {table:?})"
+    );
+}

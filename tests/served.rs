@@ -1,0 +1,343 @@
+//! The service's newer faces, on one in-process app over the shared
+//! memcached: `/metrics` (parsed as OpenMetrics, its series moving) and the
+//! Grafana dashboard's queries against it, shadow mode, and forward-auth
+//! by path (as Envoy ext_authz asks).
+
+mod common;
+
+use std::collections::{BTreeSet, HashMap};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::http;
+use slidegate::config::AuthConfig;
+use slidegate::server::{self, App};
+use slidegate::{AnyStore, Limit, Limiter, MemcachedStore, Policy};
+
+fn read(path: &str) -> String {
+    let full = Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+    std::fs::read_to_string(full).unwrap_or_else(|error| panic!("{path}: {error}"))
+}
+
+/// The service on the shared memcached with a plain, a shadow and a
+/// two-limit policy.
+async fn app() -> SocketAddr {
+    let store = MemcachedStore::connect(&common::memcached_options(vec![
+        common::shared_memcached().addr(),
+    ]))
+    .await
+    .unwrap();
+    let limiter = Limiter::builder(AnyStore::Memcached(store))
+        .timeout(Duration::from_secs(2))
+        .build();
+    let policies = vec![
+        Policy::new(
+            "api",
+            vec![Limit::per(2, Duration::from_secs(3600)).unwrap()],
+        )
+        .unwrap(),
+        Policy::new(
+            "trial",
+            vec![Limit::per(1, Duration::from_secs(3600)).unwrap()],
+        )
+        .unwrap()
+        .with_shadow(true),
+    ];
+    let app = Arc::new(App::new(limiter, policies, AuthConfig::default()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(server::serve(listener, app, std::future::pending()));
+    addr
+}
+
+/// An OpenMetrics text page, checked line by line: every sample belongs
+/// to a family declared by `# TYPE`, names and labels are well formed,
+/// values are numbers, and `# EOF` ends it. Returns series → value.
+fn parse_exposition(page: &str) -> HashMap<String, f64> {
+    let name_ok = |name: &str| {
+        !name.is_empty()
+            && name.chars().enumerate().all(|(i, c)| {
+                c.is_ascii_alphabetic() || c == '_' || c == ':' || (i > 0 && c.is_ascii_digit())
+            })
+    };
+    let mut families: HashMap<String, String> = HashMap::new();
+    let mut series = HashMap::new();
+    let lines: Vec<&str> = page.lines().collect();
+    assert_eq!(lines.last(), Some(&"# EOF"), "ends with # EOF");
+    for line in &lines[..lines.len() - 1] {
+        if let Some(rest) = line.strip_prefix("# ") {
+            let mut words = rest.splitn(3, ' ');
+            let (keyword, name) = (words.next().unwrap(), words.next().unwrap_or(""));
+            assert!(name_ok(name), "bad family name in {line:?}");
+            match keyword {
+                "TYPE" => {
+                    let kind = words.next().unwrap_or("");
+                    assert!(
+                        ["counter", "gauge", "histogram", "info", "unknown"].contains(&kind),
+                        "{line:?}"
+                    );
+                    families.insert(name.to_owned(), kind.to_owned());
+                }
+                "HELP" | "UNIT" => {}
+                other => panic!("unknown comment {other:?} in {line:?}"),
+            }
+            continue;
+        }
+        let (key, value) = line.rsplit_once(' ').unwrap_or_else(|| panic!("{line:?}"));
+        let value: f64 = match value {
+            "+Inf" => f64::INFINITY,
+            other => other
+                .parse()
+                .unwrap_or_else(|_| panic!("value of {line:?}")),
+        };
+        let name = key.split('{').next().unwrap();
+        assert!(name_ok(name), "bad sample name in {line:?}");
+        if let Some(labels) = key.strip_prefix(name)
+            && !labels.is_empty()
+        {
+            let inner = labels
+                .strip_prefix('{')
+                .and_then(|l| l.strip_suffix('}'))
+                .unwrap_or_else(|| panic!("labels of {line:?}"));
+            for pair in inner.split("\",").filter(|p| !p.is_empty()) {
+                let (label, quoted) = pair.split_once("=\"").unwrap_or_else(|| panic!("{line:?}"));
+                assert!(name_ok(label), "label {label:?} in {line:?}");
+                assert!(!quoted.trim_end_matches('"').contains('\n'));
+            }
+        }
+        let family = [
+            "_total", "_bucket", "_count", "_sum", "_created", "_info", "",
+        ]
+        .iter()
+        .find_map(|suffix| {
+            name.strip_suffix(suffix)
+                .filter(|family| families.contains_key(*family))
+        })
+        .unwrap_or_else(|| panic!("{line:?} has no # TYPE"));
+        assert!(!family.is_empty());
+        series.insert(key.to_owned(), value);
+    }
+    series
+}
+
+async fn scrape(addr: SocketAddr) -> (String, HashMap<String, f64>) {
+    let page = http::get(addr, "/metrics").await;
+    assert_eq!(page.status, 200);
+    assert!(
+        page.header("content-type")
+            .unwrap_or_default()
+            .starts_with("application/openmetrics-text"),
+        "{:?}",
+        page.headers
+    );
+    let series = parse_exposition(&page.body);
+    (page.body, series)
+}
+
+fn value(series: &HashMap<String, f64>, key: &str) -> f64 {
+    series.get(key).copied().unwrap_or(0.0)
+}
+
+#[tokio::test]
+async fn metrics_parse_and_move() {
+    let addr = app().await;
+    let (_, before) = scrape(addr).await;
+    for series in [
+        r#"slidegate_decisions_total{policy="api",outcome="allowed"}"#,
+        r#"slidegate_decisions_total{policy="trial",outcome="shadow"}"#,
+        r#"slidegate_store_errors_total{kind="timeout"}"#,
+        r#"slidegate_config_reloads_total{result="failed"}"#,
+    ] {
+        assert_eq!(
+            before.get(series),
+            Some(&0.0),
+            "{series} exists from the start"
+        );
+    }
+    let check = |body: &'static str| http::post(addr, "/v1/check", body);
+    for _ in 0..2 {
+        assert_eq!(check(r#"{"key": "m", "policy": "api"}"#).await.status, 200);
+    }
+    assert_eq!(check(r#"{"key": "m", "policy": "api"}"#).await.status, 429);
+    assert_eq!(check(r#"{"key": "m", "policy": "api"}"#).await.status, 429);
+    let inline = r#"{"key": "m", "limits": [{"limit": 5, "window": "1m"}]}"#;
+    assert_eq!(check(inline).await.status, 200);
+    assert_eq!(check(r#"{"key": "m"}"#).await.status, 400);
+
+    let (_, after) = scrape(addr).await;
+    let moved = |key: &str| value(&after, key) - value(&before, key);
+    assert_eq!(
+        moved(r#"slidegate_decisions_total{policy="api",outcome="allowed"}"#),
+        2.0
+    );
+    assert_eq!(
+        moved(r#"slidegate_decisions_total{policy="api",outcome="rejected"}"#),
+        1.0
+    );
+    assert_eq!(
+        moved(r#"slidegate_decisions_total{policy="api",outcome="near_cache"}"#),
+        1.0
+    );
+    assert_eq!(
+        moved(r#"slidegate_decisions_total{policy="inline",outcome="allowed"}"#),
+        1.0
+    );
+    assert_eq!(moved("slidegate_near_cache_hits_total"), 1.0);
+    assert_eq!(moved("slidegate_check_duration_seconds_count"), 5.0);
+    // Two checks counted, one refused (and rolled back), one inline: 5.
+    assert_eq!(moved("slidegate_store_duration_seconds_count"), 5.0);
+    assert_eq!(moved("slidegate_store_calls_total"), 5.0);
+    assert_eq!(value(&after, "slidegate_near_cache_entries"), 1.0);
+    // Three admitted checks, and the first scrape (counted once answered).
+    assert_eq!(
+        moved(r#"slidegate_http_responses_total{status="200"}"#),
+        4.0
+    );
+    assert_eq!(
+        moved(r#"slidegate_http_responses_total{status="429"}"#),
+        2.0
+    );
+    assert_eq!(
+        moved(r#"slidegate_http_responses_total{status="400"}"#),
+        1.0
+    );
+    // No series is named after a key.
+    assert!(after.keys().all(|series| !series.contains("\"m\"")));
+}
+
+/// A shadow policy refuses nothing, counts what it would admit, says what
+/// it would have decided, and the metrics count its would-be rejects.
+#[tokio::test]
+async fn shadow_mode_admits_and_tells() {
+    let addr = app().await;
+    let body = r#"{"key": "s", "policy": "trial"}"#;
+    let first = http::post(addr, "/v1/check", body).await;
+    assert_eq!(first.status, 200);
+    assert_eq!(first.json()["shadow"], true);
+    assert_eq!(first.json()["would_allow"], true);
+    let second = http::post(addr, "/v1/check", body).await;
+    assert_eq!(second.status, 200, "admitted although over the limit");
+    assert_eq!(second.json()["allowed"], true);
+    assert_eq!(second.json()["would_allow"], false);
+    assert!(second.header("retry-after").is_none());
+    assert!(
+        second.header("ratelimit").is_none(),
+        "no RateLimit headers: clients must not slow down for a shadow limit"
+    );
+    // The refused request was not counted: the estimate is still 1.
+    assert_eq!(second.json()["limits"][0]["estimate"], 1.0);
+    let peek = http::post(addr, "/v1/peek", body).await;
+    assert_eq!(peek.json()["limits"][0]["estimate"], 1.0);
+    // Forward-auth admits too.
+    let auth = http::send(
+        addr,
+        "GET",
+        "/v1/auth?policy=trial",
+        &[("x-ratelimit-key", "s")],
+        Vec::new(),
+    )
+    .await;
+    assert_eq!(auth.status, 200);
+    // Plain policies' answers carry no shadow fields.
+    let plain = http::post(addr, "/v1/check", r#"{"key": "s", "policy": "api"}"#).await;
+    assert!(plain.json().get("shadow").is_none());
+
+    let (_, series) = scrape(addr).await;
+    assert_eq!(
+        value(
+            &series,
+            r#"slidegate_decisions_total{policy="trial",outcome="shadow"}"#
+        ),
+        3.0,
+        "the second check, the peek and the auth would have been refused"
+    );
+}
+
+/// The path form of forward-auth, as Envoy ext_authz asks it: the client's
+/// path and query appended, ignored.
+#[tokio::test]
+async fn forward_auth_by_path_ignores_the_clients_path() {
+    let addr = app().await;
+    let ask = |path: &'static str| async move {
+        http::send(
+            addr,
+            "GET",
+            path,
+            &[("x-ratelimit-key", "envoy")],
+            Vec::new(),
+        )
+        .await
+    };
+    let first = ask("/v1/auth/api/orders/7?policy=other&cost=99").await;
+    assert_eq!(first.status, 200, "{}", first.body);
+    assert_eq!(first.header("ratelimit-policy"), Some("\"api\";q=2;w=3600"));
+    assert_eq!(ask("/v1/auth/api").await.status, 200);
+    let refused = ask("/v1/auth/api/").await;
+    assert_eq!(refused.status, 429);
+    assert!(refused.header("retry-after").is_some());
+    let unknown = ask("/v1/auth/nope/x").await;
+    assert_eq!(unknown.status, 400);
+    assert!(
+        unknown
+            .error()
+            .starts_with("policy: no policy named \"nope\"")
+    );
+}
+
+/// Metric names in a PromQL expression.
+fn metric_names(expr: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    let mut rest = expr;
+    while let Some(start) = rest.find("slidegate_") {
+        let tail = &rest[start..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(tail.len());
+        names.insert(tail[..end].to_owned());
+        rest = &tail[end..];
+    }
+    names
+}
+
+#[tokio::test]
+async fn the_grafana_dashboard_queries_served_metrics() {
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&read("examples/grafana/slidegate.json")).expect("valid JSON");
+    let mut exprs = Vec::new();
+    for panel in dashboard["panels"].as_array().expect("panels") {
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            exprs.push(target["expr"].as_str().expect("expr").to_owned());
+        }
+    }
+    assert!(exprs.len() >= 6, "{exprs:?}");
+
+    // A page with every family in it: some traffic, one of each answer.
+    let addr = app().await;
+    http::post(addr, "/v1/check", r#"{"key": "g", "policy": "api"}"#).await;
+    let (_, series) = scrape(addr).await;
+    let served: BTreeSet<String> = series
+        .keys()
+        .map(|key| key.split('{').next().unwrap().to_owned())
+        .collect();
+    let mut queried = BTreeSet::new();
+    for expr in &exprs {
+        queried.extend(metric_names(expr));
+    }
+    for needed in [
+        "slidegate_decisions_total",
+        "slidegate_check_duration_seconds_bucket",
+        "slidegate_store_duration_seconds_bucket",
+        "slidegate_store_errors_total",
+        "slidegate_near_cache_hits_total",
+    ] {
+        assert!(queried.contains(needed), "the dashboard shows {needed}");
+    }
+    for name in &queried {
+        assert!(
+            served.contains(name),
+            "the dashboard queries {name}, which /metrics does not serve"
+        );
+    }
+}
