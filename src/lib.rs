@@ -76,4 +76,4 @@ pub use limiter::{CheckError, Decision, FailureMode, Item, Limiter, LimiterBuild
 pub use policy::{Limit, Policy, Window};
 pub use store::{AnyStore, MemoryStore, Store, StoreError};
 #[cfg(feature = "memcached")]
-pub use store::{MemcachedOptions, MemcachedStore};
+pub use store::{MemcachedOptions, MemcachedStore, TlsOptions};

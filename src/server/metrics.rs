@@ -74,8 +74,9 @@ impl ServerMetrics {
         }
     }
 
-    /// Room for the RLS collector, which only `App::with_rls` adds.
-    #[cfg(feature = "grpc")]
+    /// Room for collectors read at each scrape: the store's topology, and
+    /// the RLS counters, which only `App::with_rls` adds.
+    #[cfg(any(feature = "grpc", feature = "memcached"))]
     pub fn registry_mut(&mut self) -> &mut Registry {
         &mut self.registry
     }
@@ -116,4 +117,69 @@ pub(crate) fn respond(app: &App) -> Response<Body> {
         HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
     );
     response
+}
+
+/// The Memcached topology, read at each scrape: nodes known, the cluster
+/// config version, discovery polls, TLS handshake failures, and each node's
+/// live connections. The node label comes from the configuration or the
+/// cluster config, never from requests.
+#[cfg(feature = "memcached")]
+#[derive(Debug)]
+pub(crate) struct TopologyCollector(pub crate::store::TopologySource);
+
+#[cfg(feature = "memcached")]
+impl prometheus_client::collector::Collector for TopologyCollector {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        use prometheus_client::encoding::EncodeMetric;
+        use prometheus_client::metrics::MetricType;
+        use prometheus_client::metrics::counter::ConstCounter;
+        use prometheus_client::metrics::gauge::ConstGauge;
+
+        let snapshot = self.0.snapshot();
+        let gauge = |value: usize| ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX));
+        gauge(snapshot.nodes.len()).encode(encoder.encode_descriptor(
+            "slidegate_memcached_nodes",
+            "Memcached nodes in use (from the configuration or from discovery).",
+            None,
+            MetricType::Gauge,
+        )?)?;
+        if let Some(version) = snapshot.version {
+            ConstGauge::new(i64::try_from(version).unwrap_or(i64::MAX)).encode(
+                encoder.encode_descriptor(
+                    "slidegate_memcached_config_version",
+                    "Version of the cluster config in use (Auto Discovery).",
+                    None,
+                    MetricType::Gauge,
+                )?,
+            )?;
+        }
+        let mut polls = encoder.encode_descriptor(
+            "slidegate_memcached_discovery_polls",
+            "Auto Discovery polls by result: applied, ignored (not newer, or no node), malformed, failed.",
+            None,
+            MetricType::Counter,
+        )?;
+        for (result, count) in &snapshot.polls {
+            ConstCounter::new(*count).encode(polls.encode_family(&[("result", *result)])?)?;
+        }
+        ConstCounter::new(snapshot.tls_failures).encode(encoder.encode_descriptor(
+            "slidegate_memcached_tls_handshake_failures",
+            "TLS handshakes with Memcached that failed (certificate, name, protocol).",
+            None,
+            MetricType::Counter,
+        )?)?;
+        let mut connections = encoder.encode_descriptor(
+            "slidegate_memcached_connections",
+            "Live connections per Memcached node.",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (node, live) in &snapshot.nodes {
+            gauge(*live).encode(connections.encode_family(&[("node", node.as_str())])?)?;
+        }
+        Ok(())
+    }
 }

@@ -61,7 +61,16 @@ impl App {
         policies: impl IntoIterator<Item = Policy>,
         auth: AuthConfig,
     ) -> App {
-        let metrics = metrics::ServerMetrics::new(limiter.metrics_handles());
+        #[allow(unused_mut)]
+        let mut metrics = metrics::ServerMetrics::new(limiter.metrics_handles());
+        #[cfg(feature = "memcached")]
+        if let AnyStore::Memcached(store) = limiter.store() {
+            metrics
+                .registry_mut()
+                .register_collector(Box::new(metrics::TopologyCollector(
+                    store.topology_source(),
+                )));
+        }
         let live = Self::live_of(&limiter, policies, auth);
         App {
             limiter,

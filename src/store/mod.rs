@@ -18,7 +18,9 @@ pub mod memcached;
 pub mod memory;
 
 #[cfg(feature = "memcached")]
-pub use memcached::{MemcachedOptions, MemcachedStore};
+pub use memcached::{
+    MemcachedOptions, MemcachedStore, TlsOptions, TopologySnapshot, TopologySource,
+};
 pub use memory::MemoryStore;
 
 /// A 128-bit digest of (scope, key). Counters are named by it, never by the

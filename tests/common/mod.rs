@@ -26,22 +26,30 @@ use slidegate::{MemcachedOptions, MemcachedStore};
 pub struct Memcached {
     child: Option<Child>,
     pub port: u16,
+    extra: Vec<String>,
 }
 
 impl Memcached {
     /// Start a memcached on a free loopback port.
     pub fn start() -> Memcached {
+        Memcached::start_with(&[])
+    }
+
+    /// The same with more arguments (TLS, say).
+    #[allow(dead_code)]
+    pub fn start_with(extra: &[String]) -> Memcached {
         let binary = memcached_binary();
         let mut last_error = String::new();
         // The port is free when asked for but may be taken before memcached
         // binds it: try a few.
         for _ in 0..5 {
             let port = free_port();
-            match spawn(binary, port) {
+            match spawn(binary, port, extra) {
                 Ok(child) => {
                     return Memcached {
                         child: Some(child),
                         port,
+                        extra: extra.to_vec(),
                     };
                 }
                 Err(error) => last_error = error,
@@ -67,7 +75,7 @@ impl Memcached {
         self.kill();
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            match spawn(memcached_binary(), self.port) {
+            match spawn(memcached_binary(), self.port, &self.extra) {
                 Ok(child) => {
                     self.child = Some(child);
                     return;
@@ -204,7 +212,7 @@ fn free_port() -> u16 {
         .expect("a free loopback port")
 }
 
-fn spawn(binary: &Path, port: u16) -> Result<Child, String> {
+fn spawn(binary: &Path, port: u16, extra: &[String]) -> Result<Child, String> {
     let mut command = Command::new(binary);
     command
         .args([
@@ -219,6 +227,7 @@ fn spawn(binary: &Path, port: u16) -> Result<Child, String> {
             "-t",
             "2",
         ])
+        .args(extra)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());

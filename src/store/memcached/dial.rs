@@ -24,6 +24,8 @@ pub struct TlsOptions {
 /// endpoint.
 pub struct Dialer {
     connect_timeout: Duration,
+    /// Handshakes that failed (a certificate that did not verify, say).
+    tls_failures: std::sync::atomic::AtomicU64,
     #[cfg(feature = "tls")]
     tls: Option<(tokio_rustls::TlsConnector, Option<String>)>,
 }
@@ -40,6 +42,7 @@ impl Dialer {
         }
         Ok(Dialer {
             connect_timeout,
+            tls_failures: std::sync::atomic::AtomicU64::new(0),
             #[cfg(feature = "tls")]
             tls,
         })
@@ -71,12 +74,28 @@ impl Dialer {
             let handshake = connector.connect(server_name, tcp);
             return match tokio::time::timeout(self.connect_timeout, handshake).await {
                 Ok(Ok(stream)) => Ok(Stream::Tls(Box::new(stream))),
-                Ok(Err(error)) => Err(format!("TLS handshake with {addr} ({name}): {error}")),
-                Err(_) => Err(format!("TLS handshake with {addr} timed out")),
+                Ok(Err(error)) => {
+                    self.tls_failed();
+                    Err(format!("TLS handshake with {addr} ({name}): {error}"))
+                }
+                Err(_) => {
+                    self.tls_failed();
+                    Err(format!("TLS handshake with {addr} timed out"))
+                }
             };
         }
         let _ = server_name;
         Ok(Stream::Plain(tcp))
+    }
+
+    #[cfg(feature = "tls")]
+    fn tls_failed(&self) {
+        self.tls_failures
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub fn tls_failures(&self) -> u64 {
+        self.tls_failures.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     pub fn is_tls(&self) -> bool {

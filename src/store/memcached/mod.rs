@@ -207,6 +207,48 @@ pub struct TopologySnapshot {
     /// `failed`).
     pub polls: Vec<(&'static str, u64)>,
     pub tls: bool,
+    /// TLS handshakes that failed, the discovery endpoint's included.
+    pub tls_failures: u64,
+}
+
+/// A handle on the store's topology that outlives borrowing the store:
+/// what a metrics collector reads at each scrape.
+#[derive(Clone)]
+pub struct TopologySource(Arc<TopologyCell>);
+
+impl std::fmt::Debug for TopologySource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("TopologySource")
+            .field(&self.snapshot())
+            .finish()
+    }
+}
+
+impl TopologySource {
+    pub fn snapshot(&self) -> TopologySnapshot {
+        let cell = &self.0;
+        let topology = cell.load();
+        TopologySnapshot {
+            nodes: topology
+                .names
+                .iter()
+                .zip(&topology.nodes)
+                .map(|(name, node)| (name.clone(), node.live_connections()))
+                .collect(),
+            version: topology.version,
+            polls: PollResult::ALL
+                .iter()
+                .map(|result| {
+                    (
+                        result.as_str(),
+                        cell.status.polls[*result as usize].load(Ordering::Relaxed),
+                    )
+                })
+                .collect(),
+            tls: cell.dialer.is_tls(),
+            tls_failures: cell.dialer.tls_failures(),
+        }
+    }
 }
 
 pub struct MemcachedStore {
@@ -284,26 +326,11 @@ impl MemcachedStore {
 
     /// The node list in use, its connections and discovery's counters.
     pub fn topology(&self) -> TopologySnapshot {
-        let topology = self.cell.load();
-        TopologySnapshot {
-            nodes: topology
-                .names
-                .iter()
-                .zip(&topology.nodes)
-                .map(|(name, node)| (name.clone(), node.live_connections()))
-                .collect(),
-            version: topology.version,
-            polls: PollResult::ALL
-                .iter()
-                .map(|result| {
-                    (
-                        result.as_str(),
-                        self.cell.status.polls[*result as usize].load(Ordering::Relaxed),
-                    )
-                })
-                .collect(),
-            tls: self.cell.dialer.is_tls(),
-        }
+        self.topology_source().snapshot()
+    }
+
+    pub fn topology_source(&self) -> TopologySource {
+        TopologySource(self.cell.clone())
     }
 
     /// The `host:port` of the node that holds `digest`'s counters now.
