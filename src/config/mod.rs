@@ -16,7 +16,10 @@ use crate::store::DEFAULT_CONNECTIONS;
 #[cfg(feature = "memcached")]
 use crate::store::MemcachedOptions;
 
+mod cluster;
 pub mod reload;
+
+pub use cluster::{ClusterConfig, TlsConfig};
 
 pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(
     std::net::Ipv4Addr::LOCALHOST,
@@ -49,6 +52,15 @@ pub struct Overrides {
         value_delimiter = ','
     )]
     pub memcached: Option<Vec<String>>,
+    /// An ElastiCache configuration endpoint: the node list comes from it.
+    #[arg(long, env = "SLIDEGATE_MEMCACHED_DISCOVERY", value_name = "HOST:PORT")]
+    pub memcached_discovery: Option<String>,
+    /// TLS to Memcached (ElastiCache encryption in transit).
+    #[arg(long, env = "SLIDEGATE_MEMCACHED_TLS")]
+    pub memcached_tls: bool,
+    /// Trust this CA (PEM) for Memcached's TLS instead of the system's roots.
+    #[arg(long, env = "SLIDEGATE_MEMCACHED_TLS_CA", value_name = "FILE")]
+    pub memcached_tls_ca: Option<PathBuf>,
     /// Prefix of every Memcached key [default: sg].
     #[arg(long, env = "SLIDEGATE_NAMESPACE", value_name = "NS")]
     pub namespace: Option<String>,
@@ -110,6 +122,11 @@ struct MemcachedSection {
     timeout_ms: Option<u64>,
     namespace: Option<String>,
     connections: Option<usize>,
+    discovery: Option<String>,
+    discovery_interval_ms: Option<u64>,
+    tls: Option<bool>,
+    tls_ca_file: Option<PathBuf>,
+    tls_server_name: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -148,6 +165,8 @@ pub struct Config {
     pub namespace: String,
     /// Multiplexed connections per Memcached server.
     pub connections: usize,
+    /// Auto Discovery and TLS (ElastiCache).
+    pub cluster: ClusterConfig,
     pub timeout: Duration,
     pub near_cache_capacity: u64,
     pub failure_mode: FailureMode,
@@ -239,7 +258,8 @@ impl Config {
             .map(|server| server.trim().to_owned())
             .filter(|server| !server.is_empty())
             .collect();
-        if !cfg!(feature = "memcached") && !servers.is_empty() {
+        let cluster = cluster::resolve(&origin, &file.memcached, overrides)?;
+        if !cfg!(feature = "memcached") && (!servers.is_empty() || cluster.discovery.is_some()) {
             return Err(ConfigError(
                 "Memcached servers are configured, but this build has no `memcached` feature"
                     .to_owned(),
@@ -364,6 +384,7 @@ impl Config {
             servers,
             namespace,
             connections,
+            cluster,
             timeout: Duration::from_millis(timeout_ms),
             near_cache_capacity,
             failure_mode,
@@ -387,6 +408,12 @@ impl Config {
         };
         compare("listen", self.listen != new.listen);
         compare("memcached.servers", self.servers != new.servers);
+        compare(
+            "memcached.discovery",
+            self.cluster.discovery != new.cluster.discovery
+                || self.cluster.discovery_interval != new.cluster.discovery_interval,
+        );
+        compare("memcached.tls", self.cluster.tls != new.cluster.tls);
         compare("memcached.namespace", self.namespace != new.namespace);
         compare("memcached.connections", self.connections != new.connections);
         compare("memcached.timeout_ms", self.timeout != new.timeout);
@@ -403,8 +430,19 @@ impl Config {
 
     #[cfg(feature = "memcached")]
     pub fn memcached_options(&self) -> Option<MemcachedOptions> {
-        (!self.servers.is_empty()).then(|| MemcachedOptions {
+        let configured = !self.servers.is_empty() || self.cluster.discovery.is_some();
+        configured.then(|| MemcachedOptions {
             servers: self.servers.clone(),
+            discovery: self.cluster.discovery.clone(),
+            discovery_interval: self.cluster.discovery_interval,
+            tls: self
+                .cluster
+                .tls
+                .as_ref()
+                .map(|tls| crate::store::TlsOptions {
+                    ca_file: tls.ca_file.clone(),
+                    server_name: tls.server_name.clone(),
+                }),
             namespace: self.namespace.clone(),
             timeout: self.timeout,
             connections: self.connections,
@@ -686,7 +724,7 @@ limits = [{ limit = 10, window = "1s" },
             .get_arguments()
             .filter(|arg| arg.get_long().is_some())
             .collect();
-        assert_eq!(flags.len(), 9);
+        assert_eq!(flags.len(), 12);
         for arg in flags {
             let long = arg.get_long().unwrap_or_default();
             let twin = format!("SLIDEGATE_{}", long.to_uppercase().replace('-', "_"));

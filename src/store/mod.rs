@@ -98,6 +98,10 @@ const TTL_MARGIN_SECS: u64 = 2;
 /// docs/performance.md).
 pub const DEFAULT_CONNECTIONS: usize = 2;
 
+/// How often an ElastiCache configuration endpoint is asked for the node
+/// list when no interval is configured (AWS's own clients poll each minute).
+pub const DEFAULT_DISCOVERY_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// The work of one round trip: read `reads`, then add `amount` to each of
 /// `adds`, creating a missing counter with `amount` and the TTL of its
 /// window. `now_ms` is the caller's clock, for stores that need the wall

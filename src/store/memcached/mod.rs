@@ -31,8 +31,8 @@ use self::dial::Dialer;
 use self::discovery::{ClusterConfig, PollResult};
 use self::wire::{Command, Reply};
 use super::{
-    BatchCounts, CounterBatch, CounterKey, DEFAULT_CONNECTIONS, Store, StoreError, Values,
-    bucket_ttl_secs,
+    BatchCounts, CounterBatch, CounterKey, DEFAULT_CONNECTIONS, DEFAULT_DISCOVERY_INTERVAL, Store,
+    StoreError, Values, bucket_ttl_secs,
 };
 use crate::policy::{PLAIN_NAME_RULE, is_plain_name};
 
@@ -41,8 +41,6 @@ pub use self::route::DigestRendezvous;
 
 /// Requests that may wait for one connection before calls fail at once.
 pub const DEFAULT_QUEUE_DEPTH: usize = 4096;
-/// How often the discovery endpoint is asked for the node list.
-pub const DEFAULT_DISCOVERY_INTERVAL: Duration = Duration::from_secs(60);
 
 /// How to reach Memcached.
 #[derive(Clone, Debug)]
