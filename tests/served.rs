@@ -205,6 +205,24 @@ async fn metrics_parse_and_move() {
     );
     // No series is named after a key.
     assert!(after.keys().all(|series| !series.contains("\"m\"")));
+    // The store's topology: one configured node, its two connections up.
+    assert_eq!(value(&after, "slidegate_memcached_nodes"), 1.0);
+    let node = common::shared_memcached().addr();
+    assert_eq!(
+        value(
+            &after,
+            &format!(r#"slidegate_memcached_connections{{node="{node}"}}"#)
+        ),
+        2.0
+    );
+    assert_eq!(
+        value(&after, "slidegate_memcached_tls_handshake_failures_total"),
+        0.0
+    );
+    assert!(
+        after.contains_key(r#"slidegate_memcached_discovery_polls_total{result="failed"}"#),
+        "discovery polls are served"
+    );
 }
 
 /// A shadow policy refuses nothing, counts what it would admit, says what
