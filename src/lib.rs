@@ -60,6 +60,8 @@
 pub mod clock;
 #[cfg(feature = "server")]
 pub mod config;
+#[cfg(any(feature = "server", feature = "tower"))]
+mod headers;
 pub mod limiter;
 pub mod metrics;
 pub mod near_cache;

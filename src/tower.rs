@@ -50,23 +50,19 @@
 //! The headers are written as the server writes them (IETF httpapi
 //! RateLimit draft); the server builds its own on its hot path.
 
-use std::fmt::Write as _;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use http::header::{HeaderName, HeaderValue, RETRY_AFTER};
-use http::{HeaderMap, Request, Response, StatusCode};
+use http::{Request, Response, StatusCode};
 pub use tower_layer::Layer;
 pub use tower_service::Service;
 
-use crate::limiter::{CheckError, Decision, Limiter};
-use crate::policy::{DisplayMs, Policy};
+use crate::headers::{PolicyHeaders, rate_limit_headers};
+use crate::limiter::{CheckError, Limiter};
+use crate::policy::Policy;
 use crate::store::Store;
-
-const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
-const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 
 /// Limits the wrapped service by `key(&request)` under `policy`; `None`
 /// from the closure lets the request through unlimited.
@@ -78,10 +74,8 @@ struct Shared<S, K> {
     limiter: Arc<Limiter<S>>,
     policy: Policy,
     key: K,
-    /// Each limit's name in the headers, and the whole `RateLimit-Policy`:
-    /// computed once.
-    names: Vec<String>,
-    quota: HeaderValue,
+    /// What the rate-limit headers repeat, computed once.
+    headers: PolicyHeaders,
 }
 
 impl<S, K> Clone for RateLimitLayer<S, K> {
@@ -94,69 +88,14 @@ impl<S, K> Clone for RateLimitLayer<S, K> {
 
 impl<S: Store, K> RateLimitLayer<S, K> {
     pub fn new(limiter: Arc<Limiter<S>>, policy: Policy, key: K) -> RateLimitLayer<S, K> {
-        let names: Vec<String> = policy
-            .limits()
-            .iter()
-            .map(|limit| {
-                let mut name = policy.scope().to_owned();
-                if policy.limits().len() > 1 {
-                    let window = limit.window();
-                    let _ = write!(name, "-{}", DisplayMs(window.window_ms()));
-                    if window.precision() > 1 {
-                        let _ = write!(name, "-p{}", window.precision());
-                    }
-                }
-                name
-            })
-            .collect();
-        let quota = names
-            .iter()
-            .zip(policy.limits())
-            .map(|(name, limit)| {
-                let window_secs = limit.window().window_ms().div_ceil(1000).max(1);
-                format!("\"{name}\";q={};w={window_secs}", limit.limit())
-            })
-            .collect::<Vec<_>>()
-            .join(", ");
+        let headers = PolicyHeaders::of(&policy);
         RateLimitLayer {
             shared: Arc::new(Shared {
                 limiter,
                 policy,
                 key,
-                names,
-                // Plain names and numbers only.
-                quota: HeaderValue::from_str(&quota).unwrap_or(HeaderValue::from_static("")),
+                headers,
             }),
-        }
-    }
-}
-
-impl<S, K> Shared<S, K> {
-    fn write_headers(&self, decision: &Decision, headers: &mut HeaderMap) {
-        // A shadow policy is invisible to clients (see the server's headers).
-        if decision.shadow {
-            return;
-        }
-        let mut state = String::with_capacity(32 * decision.limits.len());
-        for (name, limit) in self.names.iter().zip(&decision.limits) {
-            if !state.is_empty() {
-                state.push_str(", ");
-            }
-            let _ = write!(
-                state,
-                "\"{name}\";r={};t={}",
-                limit.remaining,
-                limit.next_unit_ms.div_ceil(1000)
-            );
-        }
-        headers.insert(RATELIMIT_POLICY, self.quota.clone());
-        if let Ok(value) = HeaderValue::from_str(&state) {
-            headers.insert(RATELIMIT, value);
-        }
-        if !decision.allowed
-            && let Some(wait) = decision.retry_after_ms
-        {
-            headers.insert(RETRY_AFTER, HeaderValue::from(wait.div_ceil(1000)));
         }
     }
 }
@@ -236,7 +175,7 @@ where
                 *refused.status_mut() = StatusCode::TOO_MANY_REQUESTS;
                 refused
             };
-            shared.write_headers(&decision, response.headers_mut());
+            rate_limit_headers(&decision, &shared.headers, response.headers_mut());
             Ok(response)
         })
     }

@@ -3,16 +3,16 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::fmt::Write as _;
 
 use http_body_util::Full;
 use hyper::body::Bytes;
-use hyper::header::{CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER};
+use hyper::header::{CONTENT_TYPE, HeaderValue};
 use hyper::{HeaderMap, Response, StatusCode};
 use serde::{Deserialize, Serialize};
 
+use crate::headers::PolicyHeaders;
 use crate::limiter::Decision;
-use crate::policy::{DisplayMs, LimitSpec, MAX_LIMITS, Policy};
+use crate::policy::{LimitSpec, MAX_LIMITS, Policy};
 use crate::window::LimitState;
 
 pub(crate) type Body = Full<Bytes>;
@@ -199,93 +199,6 @@ pub(crate) fn decision_json(decision: &Decision) -> Bytes {
     Bytes::from(buffer)
 }
 
-/// What the rate-limit headers of a policy repeat on every answer: each
-/// limit's name, and the whole `RateLimit-Policy` value.
-#[derive(Clone)]
-pub(crate) struct PolicyHeaders {
-    names: Vec<String>,
-    quota: HeaderValue,
-}
-
-impl PolicyHeaders {
-    pub fn of(policy: &Policy) -> PolicyHeaders {
-        let names: Vec<String> = (0..policy.limits().len())
-            .map(|index| limit_name(policy, index))
-            .collect();
-        let mut quota = String::new();
-        for (name, limit) in names.iter().zip(policy.limits()) {
-            let window_secs = seconds_rounded_up(limit.window().window_ms()).max(1);
-            if !quota.is_empty() {
-                quota.push_str(", ");
-            }
-            let _ = write!(quota, "\"{name}\";q={};w={window_secs}", limit.limit());
-        }
-        PolicyHeaders {
-            names,
-            // Built from numbers and plain names only.
-            quota: HeaderValue::from_str(&quota).unwrap_or(HeaderValue::from_static("")),
-        }
-    }
-}
-
-/// The name of a policy's limit in the rate-limit headers: the policy's
-/// name alone when it has one limit, else suffixed with the window (and the
-/// precision when above 1), which is unique within a policy.
-fn limit_name(policy: &Policy, index: usize) -> String {
-    let mut name = policy.scope().to_owned();
-    if policy.limits().len() > 1 {
-        let window = policy.limits()[index].window();
-        let _ = write!(name, "-{}", DisplayMs(window.window_ms()));
-        if window.precision() > 1 {
-            let _ = write!(name, "-p{}", window.precision());
-        }
-    }
-    name
-}
-
-fn seconds_rounded_up(ms: u64) -> u64 {
-    ms.div_ceil(1000)
-}
-
-/// `RateLimit-Policy` and `RateLimit` (IETF httpapi draft), and
-/// `Retry-After` when the request was refused and can pass later.
-pub(crate) fn rate_limit_headers(
-    decision: &Decision,
-    policy: &PolicyHeaders,
-    headers: &mut HeaderMap,
-) {
-    // A shadow policy is invisible to clients: headers saying r=0 would
-    // make well-behaved ones slow down before the limit is enforced.
-    if decision.shadow {
-        return;
-    }
-    let mut state = String::with_capacity(32 * decision.limits.len());
-    for (name, limit) in policy.names.iter().zip(&decision.limits) {
-        if !state.is_empty() {
-            state.push_str(", ");
-        }
-        let _ = write!(
-            state,
-            "\"{name}\";r={};t={}",
-            limit.remaining,
-            seconds_rounded_up(limit.next_unit_ms)
-        );
-    }
-    headers.insert(RATELIMIT_POLICY, policy.quota.clone());
-    // Every value here is built from numbers and plain names.
-    if let Ok(value) = HeaderValue::from_str(&state) {
-        headers.insert(RATELIMIT, value);
-    }
-    if !decision.allowed
-        && let Some(wait) = decision.retry_after_ms
-    {
-        headers.insert(RETRY_AFTER, HeaderValue::from(seconds_rounded_up(wait)));
-    }
-}
-
-const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
-const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
-
 /// A JSON answer; `headers` adds what else it carries.
 pub(crate) fn respond(
     status: StatusCode,
@@ -449,20 +362,5 @@ mod tests {
             vec![r#"{"limit": 1, "window": "1s"}"#; 17].join(",")
         );
         assert_eq!(error_of(&too_many), "limits: at most 16 limits, got 17");
-    }
-
-    #[test]
-    fn header_names_are_unique_within_a_policy() {
-        let policy = Policy::new(
-            "api",
-            vec![
-                Limit::new(10, 1_000, 1).unwrap(),
-                Limit::new(3000, 600_000, 10).unwrap(),
-                Limit::new(3000, 600_000, 1).unwrap(),
-            ],
-        )
-        .unwrap();
-        let names: Vec<String> = (0..3).map(|index| limit_name(&policy, index)).collect();
-        assert_eq!(names, ["api-1s", "api-10m-p10", "api-10m"]);
     }
 }

@@ -81,7 +81,7 @@ async fn decide(app: &App, request: Request<Incoming>, operation: Operation) -> 
         Operation::Check | Operation::Peek => StatusCode::TOO_MANY_REQUESTS,
     };
     api::respond(status, api::decision_json(&decision), |headers| {
-        api::rate_limit_headers(&decision, &served.headers, headers)
+        crate::headers::rate_limit_headers(&decision, &served.headers, headers)
     })
 }
 
@@ -230,7 +230,7 @@ async fn authorize(
         (status, api::decision_json(&decision))
     };
     api::respond(status, body, |headers| {
-        api::rate_limit_headers(&decision, &served.headers, headers)
+        crate::headers::rate_limit_headers(&decision, &served.headers, headers)
     })
 }
 

@@ -1,0 +1,120 @@
+//! The rate-limit headers of an answer (IETF httpapi RateLimit header
+//! fields draft), the same for the HTTP service and the tower layer:
+//! `RateLimit-Policy: "name";q=10;w=1`, `RateLimit: "name";r=7;t=0`, and
+//! `Retry-After` (whole seconds, rounded up) on a refusal that can pass.
+
+use std::fmt::Write as _;
+
+use http::HeaderMap;
+use http::header::{HeaderName, HeaderValue, RETRY_AFTER};
+
+use crate::limiter::Decision;
+use crate::policy::{DisplayMs, Policy};
+
+/// What the rate-limit headers of a policy repeat on every answer: each
+/// limit's name, and the whole `RateLimit-Policy` value.
+#[derive(Clone)]
+pub(crate) struct PolicyHeaders {
+    names: Vec<String>,
+    quota: HeaderValue,
+}
+
+impl PolicyHeaders {
+    pub(crate) fn of(policy: &Policy) -> PolicyHeaders {
+        let names: Vec<String> = (0..policy.limits().len())
+            .map(|index| limit_name(policy, index))
+            .collect();
+        let mut quota = String::new();
+        for (name, limit) in names.iter().zip(policy.limits()) {
+            let window_secs = seconds_rounded_up(limit.window().window_ms()).max(1);
+            if !quota.is_empty() {
+                quota.push_str(", ");
+            }
+            let _ = write!(quota, "\"{name}\";q={};w={window_secs}", limit.limit());
+        }
+        PolicyHeaders {
+            names,
+            // Built from numbers and plain names only.
+            quota: HeaderValue::from_str(&quota).unwrap_or(HeaderValue::from_static("")),
+        }
+    }
+}
+
+/// The name of a policy's limit in the rate-limit headers: the policy's
+/// name alone when it has one limit, else suffixed with the window (and the
+/// precision when above 1), which is unique within a policy.
+fn limit_name(policy: &Policy, index: usize) -> String {
+    let mut name = policy.scope().to_owned();
+    if policy.limits().len() > 1 {
+        let window = policy.limits()[index].window();
+        let _ = write!(name, "-{}", DisplayMs(window.window_ms()));
+        if window.precision() > 1 {
+            let _ = write!(name, "-p{}", window.precision());
+        }
+    }
+    name
+}
+
+fn seconds_rounded_up(ms: u64) -> u64 {
+    ms.div_ceil(1000)
+}
+
+/// `RateLimit-Policy` and `RateLimit` (IETF httpapi draft), and
+/// `Retry-After` when the request was refused and can pass later.
+pub(crate) fn rate_limit_headers(
+    decision: &Decision,
+    policy: &PolicyHeaders,
+    headers: &mut HeaderMap,
+) {
+    // A shadow policy is invisible to clients: headers saying r=0 would
+    // make well-behaved ones slow down before the limit is enforced.
+    if decision.shadow {
+        return;
+    }
+    let mut state = String::with_capacity(32 * decision.limits.len());
+    for (name, limit) in policy.names.iter().zip(&decision.limits) {
+        if !state.is_empty() {
+            state.push_str(", ");
+        }
+        let _ = write!(
+            state,
+            "\"{name}\";r={};t={}",
+            limit.remaining,
+            seconds_rounded_up(limit.next_unit_ms)
+        );
+    }
+    headers.insert(RATELIMIT_POLICY, policy.quota.clone());
+    // Every value here is built from numbers and plain names.
+    if let Ok(value) = HeaderValue::from_str(&state) {
+        headers.insert(RATELIMIT, value);
+    }
+    if !decision.allowed
+        && let Some(wait) = decision.retry_after_ms
+    {
+        headers.insert(RETRY_AFTER, HeaderValue::from(seconds_rounded_up(wait)));
+    }
+}
+
+const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::Limit;
+
+    #[test]
+    fn header_names_are_unique_within_a_policy() {
+        let policy = Policy::new(
+            "api",
+            vec![
+                Limit::new(10, 1_000, 1).unwrap(),
+                Limit::new(3000, 600_000, 10).unwrap(),
+                Limit::new(3000, 600_000, 1).unwrap(),
+            ],
+        )
+        .unwrap();
+        let names: Vec<String> = (0..3).map(|index| limit_name(&policy, index)).collect();
+        assert_eq!(names, ["api-1s", "api-10m-p10", "api-10m"]);
+    }
+}
