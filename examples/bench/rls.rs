@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use slidegate::server::rls::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use slidegate::server::rls::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
@@ -13,7 +13,7 @@ use slidegate::server::rls::pb::envoy::service::ratelimit::v3::rate_limit_servic
 use tonic::transport::Channel;
 
 use crate::http::Server;
-use crate::measure::{Row, histogram};
+use crate::measure::Row;
 
 const KEYS: u64 = 10_000;
 /// HTTP/2 connections the callers share, as an Envoy fleet's few would.
@@ -38,56 +38,39 @@ pub async fn should_rate_limit(
             .expect("connect to slidegate's RLS port");
         clients.push(RateLimitServiceClient::new(channel));
     }
-    let next = Arc::new(AtomicU64::new(0));
     let unexpected = Arc::new(AtomicU64::new(0));
-    let started = Instant::now();
-    let tasks: Vec<_> = (0..callers)
-        .map(|caller| {
-            let mut client = clients[caller % CHANNELS].clone();
-            let (next, unexpected) = (next.clone(), unexpected.clone());
-            tokio::spawn(async move {
-                let mut latencies = histogram();
-                loop {
-                    let index = next.fetch_add(1, Ordering::Relaxed);
-                    if index >= total || started.elapsed() > limit {
-                        return latencies;
-                    }
-                    let request = RateLimitRequest {
-                        domain: "bench".to_owned(),
-                        descriptors: vec![RateLimitDescriptor {
-                            entries: vec![Entry {
-                                key: "client".to_owned(),
-                                value: format!("k{}", index % KEYS),
-                            }],
-                            ..RateLimitDescriptor::default()
+    let row = crate::run_callers(callers, total, limit, {
+        let unexpected = unexpected.clone();
+        move |index| {
+            let mut client = clients[index as usize % CHANNELS].clone();
+            let unexpected = unexpected.clone();
+            async move {
+                let request = RateLimitRequest {
+                    domain: "bench".to_owned(),
+                    descriptors: vec![RateLimitDescriptor {
+                        entries: vec![Entry {
+                            key: "client".to_owned(),
+                            value: format!("k{}", index % KEYS),
                         }],
-                        hits_addend: 0,
-                    };
-                    let began = Instant::now();
-                    let ok = client
-                        .should_rate_limit(request)
-                        .await
-                        .is_ok_and(|answer| answer.into_inner().overall_code == Code::Ok as i32);
-                    let _ = latencies.record(began.elapsed().as_nanos() as u64);
-                    if !ok {
-                        unexpected.fetch_add(1, Ordering::Relaxed);
-                    }
+                        ..RateLimitDescriptor::default()
+                    }],
+                    hits_addend: 0,
+                };
+                let ok = client
+                    .should_rate_limit(request)
+                    .await
+                    .is_ok_and(|answer| answer.into_inner().overall_code == Code::Ok as i32);
+                if !ok {
+                    unexpected.fetch_add(1, Ordering::Relaxed);
                 }
-            })
-        })
-        .collect();
-    let mut all = histogram();
-    for task in tasks {
-        all.add(task.await.expect("RLS caller"))
-            .expect("same bounds");
-    }
+            }
+        }
+    })
+    .await;
     Row {
+        name: "gRPC ShouldRateLimit (Envoy RLS), admitted".to_owned(),
+        concurrency: format!("{callers} callers, {CHANNELS} HTTP/2 conns"),
         unexpected: unexpected.load(Ordering::Relaxed),
-        ..Row::from_histogram(
-            "gRPC ShouldRateLimit (Envoy RLS), admitted",
-            format!("{callers} callers, {CHANNELS} HTTP/2 conns"),
-            &all,
-            started.elapsed(),
-        )
+        ..row
     }
 }
