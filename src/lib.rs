@@ -67,9 +67,9 @@ pub mod server;
 pub mod store;
 pub mod window;
 
-pub use clock::{Clock, ManualClock, SystemClock};
+pub use clock::{Clock, ManualClock, SystemClock, WatchedClock};
 pub use limiter::{CheckError, Decision, FailureMode, Item, Limiter, LimiterBuilder, Source};
 pub use policy::{Limit, Policy, Window};
 pub use store::{AnyStore, MemoryStore, Store, StoreError};
 #[cfg(feature = "memcached")]
-pub use store::{MemcachedOptions, MemcachedStore};
+pub use store::{MemcachedClock, MemcachedOptions, MemcachedStore};

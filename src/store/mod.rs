@@ -16,7 +16,7 @@ pub mod memcached;
 pub mod memory;
 
 #[cfg(feature = "memcached")]
-pub use memcached::{MemcachedOptions, MemcachedStore};
+pub use memcached::{MemcachedClock, MemcachedOptions, MemcachedStore};
 pub use memory::{DEFAULT_MEMORY_CAPACITY, MemoryStore};
 
 /// A 128-bit digest of (scope, key). Counters are named by it, never by the

@@ -13,7 +13,9 @@
 //! | [`conn`] | multiplexed, pipelined connections: writer, reader, in-flight queue, stall and redial |
 //! | [`wire`] | keys, meta commands and replies as bytes, no I/O |
 //! | [`route`] | the rendezvous hash that picks a key's node |
+//! | [`clock`] | the shared clock: the first node's second, watched as it ticks |
 
+pub mod clock;
 mod conn;
 pub mod route;
 pub mod wire;
@@ -28,6 +30,7 @@ use super::{
 };
 use crate::policy::{PLAIN_NAME_RULE, is_plain_name};
 
+pub use self::clock::MemcachedClock;
 pub use self::route::DigestRendezvous;
 
 /// Requests that may wait for one connection before calls fail at once.
