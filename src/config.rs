@@ -10,6 +10,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+mod guard;
+pub use guard::{ApiTokens, ClockSource, DEFAULT_MAX_CONNECTIONS, ServerGuard};
+
 use crate::limiter::{DEFAULT_NEAR_CACHE_CAPACITY, DEFAULT_TIMEOUT, FailureMode};
 use crate::policy::{LimitSpec, PLAIN_NAME_RULE, Policy, is_plain_name};
 use crate::store::DEFAULT_CONNECTIONS;
@@ -62,6 +65,13 @@ pub struct Overrides {
     /// envoyproxy/ratelimit YAML configuration: a file or a directory of them.
     #[arg(long, env = "SLIDEGATE_RLS_CONFIG", value_name = "PATH")]
     pub rls_config: Option<PathBuf>,
+    /// Counters the embedded in-memory store holds before it evicts [default: 1000000].
+    #[arg(long, env = "SLIDEGATE_MEMORY_CAPACITY", value_name = "COUNTERS")]
+    pub memory_capacity: Option<u64>,
+    /// API tokens, comma-separated, from `SLIDEGATE_API_TOKENS` only: a
+    /// flag would show them to anyone who can list processes.
+    #[arg(skip = std::env::var("SLIDEGATE_API_TOKENS").ok())]
+    pub api_tokens: Option<String>,
 }
 
 /// The configuration file, as written.
@@ -81,6 +91,12 @@ struct FileConfig {
     policies: BTreeMap<String, PolicySection>,
     #[serde(default)]
     rls: RlsSection,
+    #[serde(default)]
+    memory: guard::MemorySection,
+    #[serde(default)]
+    server: guard::ServerSection,
+    #[serde(default)]
+    clock: guard::ClockSection,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -142,6 +158,12 @@ pub struct Config {
     pub rls_listen: Option<SocketAddr>,
     /// envoyproxy/ratelimit YAML rules for RLS: a file or a directory.
     pub rls_config: Option<PathBuf>,
+    /// Counters the embedded store holds before it evicts.
+    pub memory_capacity: usize,
+    /// Connection cap and API tokens of the HTTP listener.
+    pub server: ServerGuard,
+    /// Where decisions read the time.
+    pub clock_source: ClockSource,
 }
 
 /// Forward-auth settings (`GET /v1/auth`).
@@ -329,6 +351,16 @@ impl Config {
             ));
         }
 
+        let guards = guard::resolve(
+            &origin,
+            overrides,
+            &file.memory,
+            &file.server,
+            &file.clock,
+            file_dir.as_deref(),
+            !servers.is_empty(),
+        )?;
+
         Ok(Config {
             listen,
             servers,
@@ -341,6 +373,9 @@ impl Config {
             auth,
             rls_listen,
             rls_config,
+            memory_capacity: guards.memory_capacity,
+            server: guards.server,
+            clock_source: guards.clock_source,
         })
     }
 
@@ -629,7 +664,7 @@ limits = [{ limit = 10, window = "1s" },
             .get_arguments()
             .filter(|arg| arg.get_long().is_some())
             .collect();
-        assert_eq!(flags.len(), 9);
+        assert_eq!(flags.len(), 10);
         for arg in flags {
             let long = arg.get_long().unwrap_or_default();
             let twin = format!("SLIDEGATE_{}", long.to_uppercase().replace('-', "_"));
