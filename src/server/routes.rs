@@ -26,6 +26,9 @@ pub(crate) async fn handle(
     request: Request<Incoming>,
     peer: SocketAddr,
 ) -> Response<Body> {
+    if let Some(refusal) = app.guard.refuse(&request) {
+        return refusal;
+    }
     let get = matches!(*request.method(), Method::GET | Method::HEAD);
     let post = request.method() == Method::POST;
     match request.uri().path() {
@@ -317,6 +320,7 @@ fn metrics(app: &App) -> Response<Body> {
         "Rejected requests whose increment could not be taken back.",
         &plain(snapshot.rollback_failures),
     );
+    super::guard::render_metrics(app, &mut text);
     #[cfg(feature = "grpc")]
     if let Some(rls) = &app.rls {
         rls.render_metrics(&mut text);
