@@ -58,6 +58,8 @@
 pub mod clock;
 #[cfg(feature = "server")]
 pub mod config;
+#[cfg(all(test, feature = "server", feature = "memcached"))]
+mod fuzz;
 pub mod limiter;
 pub mod metrics;
 pub mod near_cache;
