@@ -45,20 +45,25 @@ pub struct MemoryStore {
     evictions: AtomicU64,
 }
 
-/// One shard's table, `sets * WAYS` slots, as parallel arrays: each is
-/// allocated zeroed, so untouched parts cost no memory, and a set's
-/// fingerprints sit together for the scan.
+/// One shard's table of `sets * WAYS` slots, in one zeroed allocation of
+/// four words a slot, laid out as four regions (fingerprint halves, value,
+/// stamp) so that a set's fingerprints sit together for the scan. One
+/// allocation, not four: large enough that the allocator maps fresh pages,
+/// which the kernel backs with memory only when first written, so a store
+/// that is never filled (the failure mode's, say) costs nothing.
 struct Shard {
     sets: usize,
-    /// A slot is free while its expiry is 0 (no real expiry is).
-    fingerprints: Box<[[u64; 2]]>,
-    values: Box<[u64]>,
-    /// Unix seconds (rounded up) after which the counter is gone.
-    expires_secs: Box<[u32]>,
-    /// The shard's `tick` at the slot's last use, for LRU.
-    last_used: Box<[u32]>,
+    slots: usize,
+    words: Box<[u64]>,
     /// Counts uses; wraps, and ages are compared with wrapping arithmetic.
     tick: u32,
+}
+
+/// A slot's stamp: its expiry in Unix seconds (rounded up; 0 while the
+/// slot is free, which no real expiry is) in the high half, the shard's
+/// `tick` at its last use, for LRU, in the low half.
+fn stamp(expires_secs: u32, last_used: u32) -> u64 {
+    (u64::from(expires_secs) << 32) | u64::from(last_used)
 }
 
 /// A counter's name in the table. The digest is BLAKE3 of the key, so it
@@ -96,12 +101,44 @@ impl Shard {
         let slots = sets * WAYS;
         Shard {
             sets,
-            fingerprints: vec![[0; 2]; slots].into_boxed_slice(),
-            values: vec![0; slots].into_boxed_slice(),
-            expires_secs: vec![0; slots].into_boxed_slice(),
-            last_used: vec![0; slots].into_boxed_slice(),
+            slots,
+            words: vec![0; 4 * slots].into_boxed_slice(),
             tick: 0,
         }
+    }
+
+    fn fingerprint(&self, slot: usize) -> [u64; 2] {
+        [self.words[slot], self.words[self.slots + slot]]
+    }
+
+    fn value(&self, slot: usize) -> u64 {
+        self.words[2 * self.slots + slot]
+    }
+
+    fn set_value(&mut self, slot: usize, value: u64) {
+        self.words[2 * self.slots + slot] = value;
+    }
+
+    fn expires_secs(&self, slot: usize) -> u32 {
+        (self.words[3 * self.slots + slot] >> 32) as u32
+    }
+
+    fn last_used(&self, slot: usize) -> u32 {
+        self.words[3 * self.slots + slot] as u32
+    }
+
+    fn is_taken(&self, slot: usize) -> bool {
+        self.expires_secs(slot) != 0
+    }
+
+    /// Mark `slot` as just used.
+    fn touch(&mut self, slot: usize) {
+        self.tick = self.tick.wrapping_add(1);
+        self.words[3 * self.slots + slot] = stamp(self.expires_secs(slot), self.tick);
+    }
+
+    fn holds(&self, slot: usize, fingerprint: &[u64; 2]) -> bool {
+        self.fingerprint(slot) == *fingerprint && self.is_taken(slot)
     }
 
     fn slots_of(&self, fingerprint: &[u64; 2]) -> std::ops::Range<usize> {
@@ -110,7 +147,7 @@ impl Shard {
     }
 
     fn is_live(&self, slot: usize, now_ms: u64) -> bool {
-        u64::from(self.expires_secs[slot]) * 1000 > now_ms
+        u64::from(self.expires_secs(slot)) * 1000 > now_ms
     }
 
     /// The slot holding `key`'s live counter, marked as just used.
@@ -118,17 +155,16 @@ impl Shard {
         let fingerprint = fingerprint(key);
         let slot = self
             .slots_of(&fingerprint)
-            .find(|&slot| self.fingerprints[slot] == fingerprint && self.expires_secs[slot] != 0)?;
+            .find(|&slot| self.holds(slot, &fingerprint))?;
         if !self.is_live(slot, now_ms) {
             return None;
         }
-        self.tick = self.tick.wrapping_add(1);
-        self.last_used[slot] = self.tick;
+        self.touch(slot);
         Some(slot)
     }
 
     fn read(&mut self, key: &CounterKey, now_ms: u64) -> u64 {
-        self.find(key, now_ms).map_or(0, |slot| self.values[slot])
+        self.find(key, now_ms).map_or(0, |slot| self.value(slot))
     }
 
     /// Add `amount`, creating the counter when missing; also says whether
@@ -137,8 +173,9 @@ impl Shard {
         if let Some(slot) = self.find(key, now_ms) {
             // Memcached wraps at 2^64; amounts are capped far below that, so
             // saturating only differs in a case that cannot be reached.
-            self.values[slot] = self.values[slot].saturating_add(amount);
-            return (self.values[slot], false);
+            let value = self.value(slot).saturating_add(amount);
+            self.set_value(slot, value);
+            return (value, false);
         }
         let fingerprint = fingerprint(key);
         let slots = self.slots_of(&fingerprint);
@@ -146,34 +183,36 @@ impl Shard {
         // least recently used.
         let reuse = slots
             .clone()
-            .find(|&slot| self.fingerprints[slot] == fingerprint && self.expires_secs[slot] != 0)
+            .find(|&slot| self.holds(slot, &fingerprint))
             .or_else(|| slots.clone().find(|&slot| !self.is_live(slot, now_ms)));
         let (slot, evicted) = match reuse {
             Some(slot) => (slot, false),
             None => {
                 let tick = self.tick;
                 let oldest = slots
-                    .max_by_key(|&slot| tick.wrapping_sub(self.last_used[slot]))
+                    .max_by_key(|&slot| tick.wrapping_sub(self.last_used(slot)))
                     .unwrap_or(0);
                 (oldest, true)
             }
         };
         self.tick = self.tick.wrapping_add(1);
-        self.fingerprints[slot] = fingerprint;
-        self.values[slot] = amount;
-        self.expires_secs[slot] = expiry_secs(now_ms, bucket_ttl_secs(key.window));
-        self.last_used[slot] = self.tick;
+        let expires = expiry_secs(now_ms, bucket_ttl_secs(key.window));
+        self.words[slot] = fingerprint[0];
+        self.words[self.slots + slot] = fingerprint[1];
+        self.set_value(slot, amount);
+        self.words[3 * self.slots + slot] = stamp(expires, self.tick);
         (amount, evicted)
     }
 
     fn subtract(&mut self, key: &CounterKey, amount: u64, now_ms: u64) -> Option<u64> {
         let slot = self.find(key, now_ms)?;
-        self.values[slot] = self.values[slot].saturating_sub(amount);
-        Some(self.values[slot])
+        let value = self.value(slot).saturating_sub(amount);
+        self.set_value(slot, value);
+        Some(value)
     }
 
     fn held(&self) -> usize {
-        self.expires_secs.iter().filter(|&&e| e != 0).count()
+        (0..self.slots).filter(|&slot| self.is_taken(slot)).count()
     }
 }
 
@@ -209,7 +248,7 @@ impl MemoryStore {
 
     /// Bytes the table takes once every slot has been written.
     pub fn table_bytes(&self) -> usize {
-        self.capacity() * (16 + 8 + 4 + 4)
+        self.capacity() * 4 * std::mem::size_of::<u64>()
     }
 
     /// Live counters evicted to make room for new ones, since the start.
@@ -358,7 +397,10 @@ mod tests {
             now_ms: 1_000,
         };
         for index in 0..10 * store.capacity() {
-            store.read_and_add(&batch(&index.to_string())).await.unwrap();
+            store
+                .read_and_add(&batch(&index.to_string()))
+                .await
+                .unwrap();
         }
         assert!(store.len() <= store.capacity());
         assert!(store.len() > store.capacity() * 9 / 10, "{}", store.len());
@@ -367,7 +409,10 @@ mod tests {
         let hot = batch("hot");
         store.read_and_add(&hot).await.unwrap();
         for index in 0..10 * store.capacity() {
-            store.read_and_add(&batch(&format!("flood-{index}"))).await.unwrap();
+            store
+                .read_and_add(&batch(&format!("flood-{index}")))
+                .await
+                .unwrap();
             if index % 8 == 0 {
                 store.read_and_add(&hot).await.unwrap();
             }
