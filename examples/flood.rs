@@ -200,7 +200,7 @@ async fn main() {
     // Every second: memory, and a fresh client's health check.
     let mut at_capacity_kib = None;
     let mut unanswered_health = 0;
-    let mut health_checks = 0;
+    let mut health_checks: u64 = 0;
     loop {
         tokio::time::sleep(Duration::from_secs(1)).await;
         let done = next.load(Ordering::Relaxed).min(options.checks);
@@ -212,7 +212,7 @@ async fn main() {
         if at_capacity_kib.is_none() && done >= capacity {
             at_capacity_kib = Some(rss);
         }
-        if started.elapsed().as_secs() % 30 == 0 {
+        if health_checks.is_multiple_of(30) {
             println!(
                 "{:>5} s: {done} checks, RSS {rss} KiB, peak {peak} KiB",
                 started.elapsed().as_secs()

@@ -128,14 +128,25 @@ fn fuzz_request_body() {
     });
 }
 
-const DURATIONS: &[&str] = &["250ms", "1s", "10m", "1h", "1d", "365d", "18446744073709551615ms"];
+const DURATIONS: &[&str] = &[
+    "250ms",
+    "1s",
+    "10m",
+    "1h",
+    "1d",
+    "365d",
+    "18446744073709551615ms",
+];
 
 #[test]
 fn fuzz_duration() {
     fuzz("duration", bytes_near(DURATIONS), |bytes| {
         let text = String::from_utf8_lossy(&bytes);
         if let Ok(ms) = parse_duration_ms(&text) {
-            prop_assert!(text.starts_with(|c: char| c.is_ascii_digit()), "{text:?} -> {ms}");
+            prop_assert!(
+                text.starts_with(|c: char| c.is_ascii_digit()),
+                "{text:?} -> {ms}"
+            );
             prop_assert!(text.ends_with(['s', 'm', 'h', 'd']), "{text:?} -> {ms}");
         }
         Ok(())
@@ -154,10 +165,9 @@ fn fuzz_config() {
     fuzz("config", bytes_near(CONFIGS), |bytes| {
         let text = String::from_utf8_lossy(&bytes);
         // The loader must refuse or accept, never panic.
-        if let Err(error) = Config::resolve(
-            Some((Path::new("fuzz.toml"), &text)),
-            &Overrides::default(),
-        ) {
+        if let Err(error) =
+            Config::resolve(Some((Path::new("fuzz.toml"), &text)), &Overrides::default())
+        {
             prop_assert!(!error.to_string().is_empty());
         }
         Ok(())
@@ -173,23 +183,27 @@ fn fuzz_wire_key() {
         1u32..=crate::policy::MAX_PRECISION,
         any::<u64>(),
     );
-    fuzz("wire_key", inputs, |(key, namespace, window_ms, precision, bucket)| {
-        let key = String::from_utf8_lossy(&key);
-        let Ok(window) = Window::new(window_ms, precision) else {
-            return Ok(());
-        };
-        let counter = CounterKey {
-            digest: KeyDigest::of("api", &key),
-            window,
-            bucket,
-        };
-        let wire = wire::key_string(&namespace, &counter);
-        prop_assert!(wire.len() <= 250, "{wire}");
-        prop_assert!(wire.bytes().all(|b| b.is_ascii_graphic()), "{wire:?}");
-        let prefix = format!("{namespace}:");
-        prop_assert!(wire.starts_with(&prefix));
-        Ok(())
-    });
+    fuzz(
+        "wire_key",
+        inputs,
+        |(key, namespace, window_ms, precision, bucket)| {
+            let key = String::from_utf8_lossy(&key);
+            let Ok(window) = Window::new(window_ms, precision) else {
+                return Ok(());
+            };
+            let counter = CounterKey {
+                digest: KeyDigest::of("api", &key),
+                window,
+                bucket,
+            };
+            let wire = wire::key_string(&namespace, &counter);
+            prop_assert!(wire.len() <= 250, "{wire}");
+            prop_assert!(wire.bytes().all(|b| b.is_ascii_graphic()), "{wire:?}");
+            let prefix = format!("{namespace}:");
+            prop_assert!(wire.starts_with(&prefix));
+            Ok(())
+        },
+    );
 }
 
 const REPLIES: &[&str] = &[

@@ -284,12 +284,7 @@ mod tests {
         assert_eq!(config.memory_capacity, 9);
         assert_eq!(config.server.api_tokens.len(), 2);
         assert!(!config.server.api_tokens.accepts(TOKEN.as_bytes()));
-        assert!(
-            config
-                .server
-                .api_tokens
-                .accepts(b"second-token-0123456789")
-        );
+        assert!(config.server.api_tokens.accepts(b"second-token-0123456789"));
     }
 
     #[test]
@@ -298,7 +293,10 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("tokens"), format!("# ops\n\n{TOKEN}\n")).unwrap();
         let config = Config::resolve(
-            Some((&dir.join("slidegate.toml"), "[server]\napi_tokens_file = \"tokens\"")),
+            Some((
+                &dir.join("slidegate.toml"),
+                "[server]\napi_tokens_file = \"tokens\"",
+            )),
             &Overrides::default(),
         )
         .unwrap();
@@ -313,17 +311,38 @@ mod tests {
     #[test]
     fn bad_values_name_the_field_and_never_the_token() {
         let cases = [
-            ("[memory]\ncapacity = 0", "slidegate.toml: memory.capacity: must be from 1"),
-            ("[server]\nmax_connections = 0", "server.max_connections: must be from 1"),
-            ("[server]\napi_tokens = [\"short\"]", "server.api_tokens: token 0: must be 16"),
+            (
+                "[memory]\ncapacity = 0",
+                "slidegate.toml: memory.capacity: must be from 1",
+            ),
+            (
+                "[server]\nmax_connections = 0",
+                "server.max_connections: must be from 1",
+            ),
+            (
+                "[server]\napi_tokens = [\"short\"]",
+                "server.api_tokens: token 0: must be 16",
+            ),
             (
                 "[server]\napi_tokens = [\"has a space in it, too long\"]",
                 "server.api_tokens: token 0: must be printable",
             ),
-            ("[server]\napi_tokens_file = \"/nonexistent/x\"", "server.api_tokens_file: cannot read"),
-            ("[server]\nmetrics_need_tokens = true", "unknown field `metrics_need_tokens`"),
-            ("[clock]\nsource = \"ntp\"", "clock.source: \"ntp\" is not one of"),
-            ("[clock]\nsource = \"memcached\"", "clock.source: \"memcached\" needs"),
+            (
+                "[server]\napi_tokens_file = \"/nonexistent/x\"",
+                "server.api_tokens_file: cannot read",
+            ),
+            (
+                "[server]\nmetrics_need_tokens = true",
+                "unknown field `metrics_need_tokens`",
+            ),
+            (
+                "[clock]\nsource = \"ntp\"",
+                "clock.source: \"ntp\" is not one of",
+            ),
+            (
+                "[clock]\nsource = \"memcached\"",
+                "clock.source: \"memcached\" needs",
+            ),
         ];
         for (text, expected) in cases {
             let error = resolve(text, &Overrides::default()).unwrap_err();
@@ -335,13 +354,19 @@ mod tests {
             ..Overrides::default()
         };
         let error = resolve("", &overrides).unwrap_err();
-        assert!(error.starts_with("SLIDEGATE_API_TOKENS: token 0:"), "{error}");
+        assert!(
+            error.starts_with("SLIDEGATE_API_TOKENS: token 0:"),
+            "{error}"
+        );
         assert!(!error.contains("a-secret"), "{error}");
         let overrides = Overrides {
             memory_capacity: Some(0),
             ..Overrides::default()
         };
         let error = resolve("", &overrides).unwrap_err();
-        assert!(error.starts_with("--memory-capacity (or SLIDEGATE_MEMORY_CAPACITY): "), "{error}");
+        assert!(
+            error.starts_with("--memory-capacity (or SLIDEGATE_MEMORY_CAPACITY): "),
+            "{error}"
+        );
     }
 }

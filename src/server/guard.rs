@@ -12,9 +12,9 @@ use super::App;
 use super::api::{self, Body};
 use crate::clock::{SystemClock, WatchedClock};
 use crate::config::ServerGuard;
+use crate::store::AnyStore;
 #[cfg(feature = "memcached")]
 use crate::store::MemcachedClock;
-use crate::store::AnyStore;
 
 pub(crate) struct Guard {
     settings: ServerGuard,
@@ -120,7 +120,10 @@ fn bearer_token(value: &[u8]) -> Option<&[u8]> {
 pub(crate) fn render_metrics(app: &App, text: &mut String) {
     let guard = &app.guard;
     let mut family = |name: &str, kind: &str, help: &str, value: &dyn std::fmt::Display| {
-        let _ = writeln!(text, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
+        let _ = writeln!(
+            text,
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+        );
     };
     family(
         "slidegate_connections_open",

@@ -25,9 +25,9 @@ use crate::config::ClockSource;
 use crate::config::{AuthConfig, Config, ServerGuard};
 use crate::limiter::Limiter;
 use crate::policy::Policy;
+use crate::store::{AnyStore, MemoryStore, StoreError};
 #[cfg(feature = "memcached")]
 use crate::store::{MemcachedClock, MemcachedStore};
-use crate::store::{AnyStore, MemoryStore, StoreError};
 
 /// The largest request body accepted; larger gets 413.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -116,9 +116,14 @@ impl App {
             // Deciding on local time until the first estimate would put this
             // instance's first checks in other buckets than its peers'.
             if shared.synced(Duration::from_secs(4)).await {
-                tracing::info!(offset_ms = shared.offset_ms(), "deciding on the first Memcached node's clock");
+                tracing::info!(
+                    offset_ms = shared.offset_ms(),
+                    "deciding on the first Memcached node's clock"
+                );
             } else {
-                tracing::warn!("cannot read the first Memcached node's clock yet: deciding on local time until it answers");
+                tracing::warn!(
+                    "cannot read the first Memcached node's clock yet: deciding on local time until it answers"
+                );
             }
             clock = shared.clone();
             shared_clock = Some(shared);

@@ -133,7 +133,11 @@ async fn keep_estimating(store: MemcachedStore, clock: Weak<MemcachedClock>) {
                 strong.estimates.fetch_add(1, Ordering::Relaxed);
                 strong.synced.store(true, Ordering::Release);
                 strong.changed.notify_waiters();
-                tracing::debug!(offset_ms, change_ms = offset_ms - before, "shared clock estimated");
+                tracing::debug!(
+                    offset_ms,
+                    change_ms = offset_ms - before,
+                    "shared clock estimated"
+                );
             }
             Err(error) => {
                 strong.failures.fetch_add(1, Ordering::Relaxed);
