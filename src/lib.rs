@@ -60,6 +60,9 @@ pub mod clock;
 pub mod config;
 #[cfg(all(test, feature = "server", feature = "memcached"))]
 mod fuzz;
+#[cfg(all(feature = "server", feature = "memcached"))]
+#[doc(hidden)]
+pub mod fuzz_targets;
 pub mod limiter;
 pub mod metrics;
 pub mod near_cache;
