@@ -60,6 +60,65 @@ impl Clock for ManualClock {
     }
 }
 
+/// A shared clock is a clock: the server keeps a handle to read its
+/// counters while the limiter reads the time.
+impl<C: Clock + ?Sized> Clock for Arc<C> {
+    fn now_ms(&self) -> u64 {
+        (**self).now_ms()
+    }
+}
+
+/// A backward step smaller than this is two threads' readings crossing,
+/// not the clock being set back.
+const BACKWARD_JUMP_MS: u64 = 100;
+
+/// A clock that notices when the clock it reads is set back (an NTP step,
+/// an operator): it logs the jump and counts it, and passes the time on
+/// unchanged. A jump back of s ms replays up to s ms of buckets, so the
+/// counts of those buckets are added to, not restarted: the limiter stays
+/// conservative; a jump forward just skips buckets.
+pub struct WatchedClock<C> {
+    inner: C,
+    latest_ms: AtomicU64,
+    backward_jumps: AtomicU64,
+}
+
+impl<C: Clock> WatchedClock<C> {
+    pub fn new(inner: C) -> WatchedClock<C> {
+        WatchedClock {
+            inner,
+            latest_ms: AtomicU64::new(0),
+            backward_jumps: AtomicU64::new(0),
+        }
+    }
+
+    /// Backward jumps of more than 100 ms seen since the start.
+    pub fn backward_jumps(&self) -> u64 {
+        self.backward_jumps.load(Ordering::Relaxed)
+    }
+}
+
+impl<C: Clock> Clock for WatchedClock<C> {
+    fn now_ms(&self) -> u64 {
+        let now = self.inner.now_ms();
+        let latest = self.latest_ms.fetch_max(now, Ordering::Relaxed);
+        if now.saturating_add(BACKWARD_JUMP_MS) < latest
+            // Only the reading that resets the mark counts the jump.
+            && self
+                .latest_ms
+                .compare_exchange(latest, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            self.backward_jumps.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                back_by_ms = latest - now,
+                "the local clock jumped backward; buckets of that span are counted again"
+            );
+        }
+        now
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -72,6 +131,25 @@ mod tests {
         assert_eq!(other.now_ms(), 1_250);
         other.set(5);
         assert_eq!(clock.now_ms(), 5);
+    }
+
+    #[test]
+    fn a_backward_jump_is_counted_once() {
+        let manual = ManualClock::new(10_000);
+        let watched = WatchedClock::new(manual.clone());
+        assert_eq!(watched.now_ms(), 10_000);
+        manual.set(9_950);
+        watched.now_ms();
+        assert_eq!(watched.backward_jumps(), 0, "within the tolerance");
+        manual.set(5_000);
+        assert_eq!(watched.now_ms(), 5_000, "the time passes on unchanged");
+        watched.now_ms();
+        manual.advance(Duration::from_millis(10));
+        watched.now_ms();
+        assert_eq!(watched.backward_jumps(), 1);
+        manual.set(1_000);
+        watched.now_ms();
+        assert_eq!(watched.backward_jumps(), 2);
     }
 
     #[test]

@@ -60,6 +60,11 @@
 pub mod clock;
 #[cfg(feature = "server")]
 pub mod config;
+#[cfg(all(test, feature = "server", feature = "memcached"))]
+mod fuzz;
+#[cfg(all(feature = "server", feature = "memcached"))]
+#[doc(hidden)]
+pub mod fuzz_targets;
 #[cfg(any(feature = "server", feature = "tower"))]
 mod headers;
 pub mod limiter;
@@ -73,9 +78,9 @@ pub mod store;
 pub mod tower;
 pub mod window;
 
-pub use clock::{Clock, ManualClock, SystemClock};
+pub use clock::{Clock, ManualClock, SystemClock, WatchedClock};
 pub use limiter::{CheckError, Decision, FailureMode, Item, Limiter, LimiterBuilder, Source};
 pub use policy::{Limit, Policy, Window};
 pub use store::{AnyStore, MemoryStore, Store, StoreError};
 #[cfg(feature = "memcached")]
-pub use store::{MemcachedOptions, MemcachedStore, TlsOptions};
+pub use store::{MemcachedClock, MemcachedOptions, MemcachedStore, TlsOptions};

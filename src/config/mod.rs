@@ -10,6 +10,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+mod guard;
+pub use guard::{ApiTokens, ClockSource, DEFAULT_MAX_CONNECTIONS, ServerGuard};
+
 use crate::limiter::{DEFAULT_NEAR_CACHE_CAPACITY, DEFAULT_TIMEOUT, FailureMode};
 use crate::policy::{LimitSpec, PLAIN_NAME_RULE, Policy, is_plain_name};
 use crate::store::DEFAULT_CONNECTIONS;
@@ -79,6 +82,13 @@ pub struct Overrides {
     /// envoyproxy/ratelimit YAML configuration: a file or a directory of them.
     #[arg(long, env = "SLIDEGATE_RLS_CONFIG", value_name = "PATH")]
     pub rls_config: Option<PathBuf>,
+    /// Counters the embedded in-memory store holds before it evicts [default: 1000000].
+    #[arg(long, env = "SLIDEGATE_MEMORY_CAPACITY", value_name = "COUNTERS")]
+    pub memory_capacity: Option<u64>,
+    /// API tokens, comma-separated, from `SLIDEGATE_API_TOKENS` only: a
+    /// flag would show them to anyone who can list processes.
+    #[arg(skip = std::env::var("SLIDEGATE_API_TOKENS").ok())]
+    pub api_tokens: Option<String>,
 }
 
 /// The configuration file, as written.
@@ -100,6 +110,12 @@ struct FileConfig {
     rls: RlsSection,
     #[serde(default)]
     reload: ReloadSection,
+    #[serde(default)]
+    memory: guard::MemorySection,
+    #[serde(default)]
+    server: guard::ServerSection,
+    #[serde(default)]
+    clock: guard::ClockSection,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -179,6 +195,12 @@ pub struct Config {
     /// How often the file is read for changes, to reload it; `None`: only
     /// on SIGHUP.
     pub watch: Option<Duration>,
+    /// Counters the embedded store holds before it evicts.
+    pub memory_capacity: usize,
+    /// Connection cap and API tokens of the HTTP listener.
+    pub server: ServerGuard,
+    /// Where decisions read the time.
+    pub clock_source: ClockSource,
 }
 
 /// Forward-auth settings (`GET /v1/auth`).
@@ -378,6 +400,15 @@ impl Config {
                 ));
             }
         };
+        let guards = guard::resolve(
+            &origin,
+            overrides,
+            &file.memory,
+            &file.server,
+            &file.clock,
+            file_dir.as_deref(),
+            !servers.is_empty() || cluster.discovery.is_some(),
+        )?;
 
         Ok(Config {
             listen,
@@ -393,6 +424,9 @@ impl Config {
             rls_listen,
             rls_config,
             watch,
+            memory_capacity: guards.memory_capacity,
+            server: guards.server,
+            clock_source: guards.clock_source,
         })
     }
 
@@ -724,7 +758,7 @@ limits = [{ limit = 10, window = "1s" },
             .get_arguments()
             .filter(|arg| arg.get_long().is_some())
             .collect();
-        assert_eq!(flags.len(), 12);
+        assert_eq!(flags.len(), 13);
         for arg in flags {
             let long = arg.get_long().unwrap_or_default();
             let twin = format!("SLIDEGATE_{}", long.to_uppercase().replace('-', "_"));

@@ -98,12 +98,18 @@ impl ServerMetrics {
     }
 }
 
-/// The whole registry in the OpenMetrics text format.
+/// The whole registry in the OpenMetrics text format, with the guards'
+/// figures (which belong to the `App` that owns the registry) encoded by
+/// the same crate and placed before the closing `# EOF`.
 pub(crate) fn respond(app: &App) -> Response<Body> {
     app.limiter.refresh_gauges();
     let mut text = String::with_capacity(8 * 1024);
-    if let Err(error) = prometheus_client::encoding::text::encode(&mut text, &app.metrics.registry)
-    {
+    let mut guards = Registry::default();
+    guards.register_collector(Box::new(GuardFigures(super::guard::snapshot(app))));
+    let mut guards_text = String::with_capacity(1024);
+    let encoded = prometheus_client::encoding::text::encode(&mut text, &app.metrics.registry)
+        .and_then(|()| prometheus_client::encoding::text::encode(&mut guards_text, &guards));
+    if let Err(error) = encoded {
         // Only a writer can fail, and a String does not: still, never a 500
         // with a stack trace.
         return api::error(
@@ -111,12 +117,47 @@ pub(crate) fn respond(app: &App) -> Response<Body> {
             format!("metrics: could not be encoded: {error}"),
         );
     }
+    const EOF: &str = "# EOF\n";
+    if let Some(body) = text.strip_suffix(EOF) {
+        text.truncate(body.len());
+    }
+    text.push_str(&guards_text);
     let mut response = Response::new(Body::new(Bytes::from(text)));
     response.headers_mut().insert(
         CONTENT_TYPE,
         HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
     );
     response
+}
+
+#[derive(Debug)]
+struct GuardFigures(Vec<super::guard::Figure>);
+
+impl prometheus_client::collector::Collector for GuardFigures {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        use prometheus_client::encoding::EncodeMetric;
+        use prometheus_client::metrics::MetricType;
+        use prometheus_client::metrics::counter::ConstCounter;
+        use prometheus_client::metrics::gauge::ConstGauge;
+
+        for figure in &self.0 {
+            let kind = if figure.counter {
+                MetricType::Counter
+            } else {
+                MetricType::Gauge
+            };
+            let metric = encoder.encode_descriptor(figure.name, figure.help, None, kind)?;
+            if figure.counter {
+                ConstCounter::new(figure.value.max(0) as u64).encode(metric)?;
+            } else {
+                ConstGauge::new(figure.value).encode(metric)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The Memcached topology, read at each scrape: nodes known, the cluster

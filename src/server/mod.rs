@@ -2,7 +2,8 @@
 //! library offers. [`serve`] takes a bound listener and a shutdown future,
 //! so tests run the real server on port 0.
 
-mod api;
+pub(crate) mod api;
+mod guard;
 mod metrics;
 pub mod reload;
 #[cfg(feature = "grpc")]
@@ -20,12 +21,15 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 
-use crate::config::{AuthConfig, Config};
+use crate::clock::{Clock, SystemClock, WatchedClock};
+#[cfg(feature = "memcached")]
+use crate::config::ClockSource;
+use crate::config::{AuthConfig, Config, ServerGuard};
 use crate::limiter::Limiter;
 use crate::policy::Policy;
-#[cfg(feature = "memcached")]
-use crate::store::MemcachedStore;
 use crate::store::{AnyStore, MemoryStore, StoreError};
+#[cfg(feature = "memcached")]
+use crate::store::{MemcachedClock, MemcachedStore};
 
 /// The largest request body accepted; larger gets 413.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -43,6 +47,8 @@ pub struct App {
     /// swaps them; nothing waits but the swap itself.
     live: RwLock<Arc<Live>>,
     metrics: metrics::ServerMetrics,
+    /// Connection cap, API tokens, and the counters they keep.
+    guard: guard::Guard,
     /// Envoy RLS rules, when configured: served by [`rls::serve`], counted
     /// in /metrics.
     #[cfg(feature = "grpc")]
@@ -76,6 +82,10 @@ impl App {
             limiter,
             live: RwLock::new(Arc::new(live)),
             metrics,
+            guard: guard::Guard::new(
+                ServerGuard::default(),
+                Arc::new(WatchedClock::new(SystemClock)),
+            ),
             #[cfg(feature = "grpc")]
             rls: None,
         }
@@ -123,6 +133,17 @@ impl App {
         names
     }
 
+    /// Cap connections and require API tokens as `settings` say.
+    pub fn with_guard(mut self, settings: ServerGuard) -> App {
+        self.guard = guard::Guard::new(settings, self.guard.local_clock.clone());
+        self
+    }
+
+    /// Connections closed at once because the cap was reached.
+    pub fn refused_connections(&self) -> u64 {
+        self.guard.refused_connections()
+    }
+
     /// Serve these Envoy RLS rules (see [`rls::serve`]).
     #[cfg(feature = "grpc")]
     pub fn with_rls(mut self, rls: rls::Rls) -> App {
@@ -140,21 +161,55 @@ impl App {
         #[cfg(feature = "memcached")]
         let store = match config.memcached_options() {
             Some(options) => AnyStore::Memcached(MemcachedStore::connect(&options).await?),
-            None => AnyStore::Memory(MemoryStore::new()),
+            None => AnyStore::Memory(MemoryStore::with_capacity(config.memory_capacity)),
         };
         // Config::resolve refuses servers in a build without the feature.
         #[cfg(not(feature = "memcached"))]
-        let store = AnyStore::Memory(MemoryStore::new());
+        let store = AnyStore::Memory(MemoryStore::with_capacity(config.memory_capacity));
+        let local_clock = Arc::new(WatchedClock::new(SystemClock));
+        // Without the `memcached` feature there is no shared clock (Config
+        // refuses one without servers), so the local clock stays.
+        #[cfg_attr(not(feature = "memcached"), allow(unused_mut))]
+        let mut clock: Arc<dyn Clock> = local_clock.clone();
+        #[cfg(feature = "memcached")]
+        let mut shared_clock = None;
+        #[cfg(feature = "memcached")]
+        if let (ClockSource::Memcached, Some(options)) =
+            (config.clock_source, config.memcached_options())
+        {
+            let shared = MemcachedClock::start(&options, local_clock.clone()).await?;
+            // Deciding on local time until the first estimate would put this
+            // instance's first checks in other buckets than its peers'.
+            if shared.synced(Duration::from_secs(4)).await {
+                tracing::info!(
+                    offset_ms = shared.offset_ms(),
+                    "deciding on the first Memcached node's clock"
+                );
+            } else {
+                tracing::warn!(
+                    "cannot read the first Memcached node's clock yet: deciding on local time until it answers"
+                );
+            }
+            clock = shared.clone();
+            shared_clock = Some(shared);
+        }
         let limiter = Limiter::builder(store)
+            .clock(clock)
             .timeout(config.timeout)
             .near_cache_capacity(config.near_cache_capacity)
             .failure_mode(config.failure_mode)
             .build();
-        Ok(App::new(
+        let mut app = App::new(
             limiter,
             config.policies.values().cloned(),
             config.auth.clone(),
-        ))
+        );
+        app.guard = guard::Guard::new(config.server.clone(), local_clock);
+        #[cfg(feature = "memcached")]
+        {
+            app.guard.shared_clock = shared_clock;
+        }
+        Ok(app)
     }
 
     pub fn limiter(&self) -> &Limiter<AnyStore> {
@@ -184,6 +239,12 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
+        // Past the cap, close at once: the connection costs nothing more,
+        // and the ones being served keep their memory and their speed.
+        let Some(permit) = app.guard.admit() else {
+            drop(stream);
+            continue;
+        };
         let _ = stream.set_nodelay(true);
         let app = app.clone();
         let service = service_fn(move |request| {
@@ -203,6 +264,7 @@ pub async fn serve(
             if let Err(error) = connection.await {
                 tracing::debug!(%error, %peer, "connection ended with an error");
             }
+            drop(permit);
         });
     }
     drop(listener);

@@ -25,6 +25,9 @@ pub(crate) async fn handle(
     request: Request<Incoming>,
     peer: SocketAddr,
 ) -> Response<Body> {
+    if let Some(refusal) = app.guard.refuse(&request) {
+        return refusal;
+    }
     let get = matches!(*request.method(), Method::GET | Method::HEAD);
     let post = request.method() == Method::POST;
     match request.uri().path() {

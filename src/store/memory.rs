@@ -1,99 +1,280 @@
 //! The embedded store: counters in this process's memory, with the same
 //! semantics as Memcached (atomic additions, counters created on first
-//! addition, expiry after the TTL of their window). The default when no
-//! Memcached is configured, and the in-process counter of failure mode
-//! `local`.
+//! addition, expiry after the TTL of their window, and eviction when full).
+//! The default when no Memcached is configured, and the in-process counter
+//! of failure mode `local`.
+//!
+//! # Bounded, and cheap per counter
+//!
+//! The store holds at most `capacity` counters, in a fixed table allocated
+//! once (zeroed pages, which the kernel only backs with memory as they are
+//! first written). A counter costs 32 bytes: a 128-bit fingerprint, its
+//! value, its expiry in whole seconds and when it was last used. A hash map
+//! of `CounterKey` costs about four times that, and grows without bound.
+//!
+//! The table is set-associative, like a CPU cache: a counter can only live
+//! in one set of 16 slots. When its set is full, a new counter takes the
+//! slot of an expired one if there is one, else evicts the set's **least
+//! recently used** counter, as Memcached does (its LRU is per slab class;
+//! ours per set), and the eviction is counted. An evicted counter then
+//! reads as 0, as after a Memcached eviction.
+//!
+//! Least recently used rather than soonest to expire: a flood of one-shot
+//! keys then pushes out only other idle keys, while the counters of active
+//! clients, touched on every check, stay. Soonest-to-expire would evict the
+//! previous bucket of every active key first, since it is the oldest, and
+//! that is exactly the count a sliding window still needs.
 
-use std::collections::HashMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{BatchCounts, CounterBatch, CounterKey, Store, StoreError, bucket_ttl_secs};
 
-/// Enough shards that two cores rarely wait on each other's lock.
-const SHARDS: usize = 64;
-/// How often a shard drops its expired counters.
-const SWEEP_EVERY_MS: u64 = 1_000;
+/// Counters held when no capacity is configured.
+pub const DEFAULT_MEMORY_CAPACITY: usize = 1_000_000;
+/// Slots a counter may live in. Sixteen 16-byte fingerprints are four
+/// cache lines to scan; fewer ways would evict while much of the table is
+/// still free.
+const WAYS: usize = 16;
+/// Enough shards that two cores rarely wait on each other's lock; a power
+/// of two, so the digest's first byte spreads keys evenly over them.
+const MAX_SHARDS: usize = 64;
 
 pub struct MemoryStore {
     shards: Box<[Mutex<Shard>]>,
+    evictions: AtomicU64,
 }
 
-#[derive(Default)]
+/// One shard's table of `sets * WAYS` slots, in one zeroed allocation of
+/// four words a slot, laid out as four regions (fingerprint halves, value,
+/// stamp) so that a set's fingerprints sit together for the scan. One
+/// allocation, not four: large enough that the allocator maps fresh pages,
+/// which the kernel backs with memory only when first written, so a store
+/// that is never filled (the failure mode's, say) costs nothing.
 struct Shard {
-    counters: HashMap<CounterKey, Counter>,
-    next_sweep_ms: u64,
+    sets: usize,
+    slots: usize,
+    words: Box<[u64]>,
+    /// Counts uses; wraps, and ages are compared with wrapping arithmetic.
+    tick: u32,
 }
 
-struct Counter {
-    value: u64,
-    expires_at_ms: u64,
+/// A slot's stamp: its expiry in Unix seconds (rounded up; 0 while the
+/// slot is free, which no real expiry is) in the high half, the shard's
+/// `tick` at its last use, for LRU, in the low half.
+fn stamp(expires_secs: u32, last_used: u32) -> u64 {
+    (u64::from(expires_secs) << 32) | u64::from(last_used)
+}
+
+/// A counter's name in the table. The digest is BLAKE3 of the key, so it
+/// cannot be steered; window and bucket are folded in without loss (a
+/// window is under 2^35 ms, a precision under 2^10), so two counters of one
+/// key never share a fingerprint.
+fn fingerprint(key: &CounterKey) -> [u64; 2] {
+    let digest = key.digest.as_bytes();
+    let half = |range: std::ops::Range<usize>| {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(&digest[range]);
+        u64::from_le_bytes(word)
+    };
+    let window = (key.window.window_ms() << 10) | u64::from(key.window.precision());
+    [half(0..8) ^ key.bucket, half(8..16) ^ window]
+}
+
+/// The set a fingerprint lives in (SplitMix64's finaliser: every bit of
+/// the bucket moves the set, so a key's buckets spread over the table).
+fn set_of(fingerprint: &[u64; 2], sets: usize) -> usize {
+    let mut x = fingerprint[0] ^ fingerprint[1].rotate_left(32);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^= x >> 31;
+    (x % sets as u64) as usize
+}
+
+fn expiry_secs(now_ms: u64, ttl_secs: u64) -> u32 {
+    let secs = now_ms.div_ceil(1000).saturating_add(ttl_secs);
+    u32::try_from(secs).unwrap_or(u32::MAX)
 }
 
 impl Shard {
-    fn live(&mut self, key: &CounterKey, now_ms: u64) -> Option<&mut Counter> {
-        self.counters
-            .get_mut(key)
-            .filter(|counter| counter.expires_at_ms > now_ms)
+    fn new(sets: usize) -> Shard {
+        let slots = sets * WAYS;
+        Shard {
+            sets,
+            slots,
+            words: vec![0; 4 * slots].into_boxed_slice(),
+            tick: 0,
+        }
+    }
+
+    fn fingerprint(&self, slot: usize) -> [u64; 2] {
+        [self.words[slot], self.words[self.slots + slot]]
+    }
+
+    fn value(&self, slot: usize) -> u64 {
+        self.words[2 * self.slots + slot]
+    }
+
+    fn set_value(&mut self, slot: usize, value: u64) {
+        self.words[2 * self.slots + slot] = value;
+    }
+
+    fn expires_secs(&self, slot: usize) -> u32 {
+        (self.words[3 * self.slots + slot] >> 32) as u32
+    }
+
+    fn last_used(&self, slot: usize) -> u32 {
+        self.words[3 * self.slots + slot] as u32
+    }
+
+    fn is_taken(&self, slot: usize) -> bool {
+        self.expires_secs(slot) != 0
+    }
+
+    /// Mark `slot` as just used.
+    fn touch(&mut self, slot: usize) {
+        self.tick = self.tick.wrapping_add(1);
+        self.words[3 * self.slots + slot] = stamp(self.expires_secs(slot), self.tick);
+    }
+
+    fn holds(&self, slot: usize, fingerprint: &[u64; 2]) -> bool {
+        self.fingerprint(slot) == *fingerprint && self.is_taken(slot)
+    }
+
+    fn slots_of(&self, fingerprint: &[u64; 2]) -> std::ops::Range<usize> {
+        let start = set_of(fingerprint, self.sets) * WAYS;
+        start..start + WAYS
+    }
+
+    fn is_live(&self, slot: usize, now_ms: u64) -> bool {
+        u64::from(self.expires_secs(slot)) * 1000 > now_ms
+    }
+
+    /// The slot holding `key`'s live counter, marked as just used.
+    fn find(&mut self, key: &CounterKey, now_ms: u64) -> Option<usize> {
+        let fingerprint = fingerprint(key);
+        let slot = self
+            .slots_of(&fingerprint)
+            .find(|&slot| self.holds(slot, &fingerprint))?;
+        if !self.is_live(slot, now_ms) {
+            return None;
+        }
+        self.touch(slot);
+        Some(slot)
     }
 
     fn read(&mut self, key: &CounterKey, now_ms: u64) -> u64 {
-        self.live(key, now_ms).map_or(0, |counter| counter.value)
+        self.find(key, now_ms).map_or(0, |slot| self.value(slot))
     }
 
-    fn add(&mut self, key: CounterKey, amount: u64, now_ms: u64) -> u64 {
-        if now_ms >= self.next_sweep_ms {
-            self.counters
-                .retain(|_, counter| counter.expires_at_ms > now_ms);
-            self.next_sweep_ms = now_ms.saturating_add(SWEEP_EVERY_MS);
-        }
-        if let Some(counter) = self.live(&key, now_ms) {
+    /// Add `amount`, creating the counter when missing; also says whether
+    /// a live counter was evicted to make room.
+    fn add(&mut self, key: &CounterKey, amount: u64, now_ms: u64) -> (u64, bool) {
+        if let Some(slot) = self.find(key, now_ms) {
             // Memcached wraps at 2^64; amounts are capped far below that, so
             // saturating only differs in a case that cannot be reached.
-            counter.value = counter.value.saturating_add(amount);
-            return counter.value;
+            let value = self.value(slot).saturating_add(amount);
+            self.set_value(slot, value);
+            return (value, false);
         }
-        let ttl_ms = bucket_ttl_secs(key.window) * 1000;
-        self.counters.insert(
-            key,
-            Counter {
-                value: amount,
-                expires_at_ms: now_ms.saturating_add(ttl_ms),
-            },
-        );
-        amount
+        let fingerprint = fingerprint(key);
+        let slots = self.slots_of(&fingerprint);
+        // The same counter expired, else a free or expired slot, else the
+        // least recently used.
+        let reuse = slots
+            .clone()
+            .find(|&slot| self.holds(slot, &fingerprint))
+            .or_else(|| slots.clone().find(|&slot| !self.is_live(slot, now_ms)));
+        let (slot, evicted) = match reuse {
+            Some(slot) => (slot, false),
+            None => {
+                let tick = self.tick;
+                let oldest = slots
+                    .max_by_key(|&slot| tick.wrapping_sub(self.last_used(slot)))
+                    .unwrap_or(0);
+                (oldest, true)
+            }
+        };
+        self.tick = self.tick.wrapping_add(1);
+        let expires = expiry_secs(now_ms, bucket_ttl_secs(key.window));
+        self.words[slot] = fingerprint[0];
+        self.words[self.slots + slot] = fingerprint[1];
+        self.set_value(slot, amount);
+        self.words[3 * self.slots + slot] = stamp(expires, self.tick);
+        (amount, evicted)
     }
 
     fn subtract(&mut self, key: &CounterKey, amount: u64, now_ms: u64) -> Option<u64> {
-        let counter = self.live(key, now_ms)?;
-        counter.value = counter.value.saturating_sub(amount);
-        Some(counter.value)
+        let slot = self.find(key, now_ms)?;
+        let value = self.value(slot).saturating_sub(amount);
+        self.set_value(slot, value);
+        Some(value)
+    }
+
+    fn held(&self) -> usize {
+        (0..self.slots).filter(|&slot| self.is_taken(slot)).count()
     }
 }
 
 impl MemoryStore {
+    /// A store of [`DEFAULT_MEMORY_CAPACITY`] counters.
     pub fn new() -> MemoryStore {
+        MemoryStore::with_capacity(DEFAULT_MEMORY_CAPACITY)
+    }
+
+    /// A store of at least `capacity` counters (rounded up to whole sets
+    /// of 16 in every shard; [`capacity`](Self::capacity) says how many).
+    pub fn with_capacity(capacity: usize) -> MemoryStore {
+        let sets = capacity.max(1).div_ceil(WAYS);
+        let shards = if sets >= MAX_SHARDS {
+            MAX_SHARDS
+        } else {
+            // The largest power of two not above `sets`.
+            1 << sets.ilog2()
+        };
+        let sets_per_shard = sets.div_ceil(shards);
         MemoryStore {
-            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            shards: (0..shards)
+                .map(|_| Mutex::new(Shard::new(sets_per_shard)))
+                .collect(),
+            evictions: AtomicU64::new(0),
         }
+    }
+
+    /// How many counters fit.
+    pub fn capacity(&self) -> usize {
+        self.shards.len() * self.lock(0).sets * WAYS
+    }
+
+    /// Bytes the table takes once every slot has been written.
+    pub fn table_bytes(&self) -> usize {
+        self.capacity() * 4 * std::mem::size_of::<u64>()
+    }
+
+    /// Live counters evicted to make room for new ones, since the start.
+    pub fn evictions(&self) -> u64 {
+        self.evictions.load(Ordering::Relaxed)
     }
 
     /// All counters of one key share a shard, so a batch (always one key's
     /// counters) takes one lock.
     fn shard(&self, key: &CounterKey) -> std::sync::MutexGuard<'_, Shard> {
-        let index = usize::from(key.digest.as_bytes()[0]) % SHARDS;
-        // A panic while holding the lock cannot leave a shard half-updated
-        // (every update is a single assignment), so a poisoned lock is safe
-        // to keep using.
+        self.lock(usize::from(key.digest.as_bytes()[0]) % self.shards.len())
+    }
+
+    fn lock(&self, index: usize) -> std::sync::MutexGuard<'_, Shard> {
+        // A panic while holding the lock cannot leave a slot half-updated
+        // in a way that matters (the worst is a counter with a stale
+        // value), so a poisoned lock is safe to keep using.
         self.shards[index]
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// How many counters are held, expired ones not yet swept included.
+    /// How many counters are held, expired ones not yet reused included.
     pub fn len(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|shard| shard.lock().map_or(0, |shard| shard.counters.len()))
+        (0..self.shards.len())
+            .map(|index| self.lock(index).held())
             .sum()
     }
 
@@ -118,7 +299,13 @@ impl Store for MemoryStore {
         let added = batch
             .adds
             .iter()
-            .map(|key| self.shard(key).add(*key, batch.amount, batch.now_ms))
+            .map(|key| {
+                let (value, evicted) = self.shard(key).add(key, batch.amount, batch.now_ms);
+                if evicted {
+                    self.evictions.fetch_add(1, Ordering::Relaxed);
+                }
+                value
+            })
             .collect();
         Ok(BatchCounts { read, added })
     }
@@ -150,27 +337,97 @@ mod tests {
     use crate::policy::Window;
     use crate::store::KeyDigest;
 
-    fn counter(bucket: u64) -> CounterKey {
+    fn counter_of(key: &str, bucket: u64) -> CounterKey {
         CounterKey {
-            digest: KeyDigest::of("t", "k"),
+            digest: KeyDigest::of("t", key),
             window: Window::new(1_000, 1).unwrap(),
             bucket,
         }
     }
 
+    fn counter(bucket: u64) -> CounterKey {
+        counter_of("k", bucket)
+    }
+
     #[test]
-    fn counters_expire_after_their_ttl_and_are_swept() {
-        let mut shard = Shard::default();
-        assert_eq!(shard.add(counter(1), 2, 0), 2);
-        assert_eq!(shard.add(counter(1), 3, 10), 5);
+    fn counters_expire_after_their_ttl_and_their_slots_are_reused() {
+        let mut shard = Shard::new(1);
+        assert_eq!(shard.add(&counter(1), 2, 0), (2, false));
+        assert_eq!(shard.add(&counter(1), 3, 10).0, 5);
         // TTL of a 1 s window: 2 s + 2 s margin.
         assert_eq!(shard.read(&counter(1), 3_999), 5);
         assert_eq!(shard.read(&counter(1), 4_000), 0);
         assert_eq!(shard.subtract(&counter(1), 1, 4_000), None);
-        // An expired counter starts again from the amount.
-        assert_eq!(shard.add(counter(1), 1, 4_000), 1);
-        shard.add(counter(2), 1, 4_000);
-        shard.add(counter(3), 1, 9_000);
-        assert_eq!(shard.counters.len(), 1, "expired counters were swept");
+        // An expired counter starts again from the amount, in its own slot.
+        assert_eq!(shard.add(&counter(1), 1, 4_000), (1, false));
+        assert_eq!(shard.held(), 1);
+        // A full set of expired counters takes new ones without evicting.
+        for bucket in 2..2 + WAYS as u64 {
+            shard.add(&counter(bucket), 1, 4_000);
+        }
+        for bucket in 100..100 + WAYS as u64 {
+            assert!(!shard.add(&counter(bucket), 1, 9_000).1, "bucket {bucket}");
+        }
+        assert_eq!(shard.held(), WAYS);
+    }
+
+    #[test]
+    fn a_full_set_evicts_its_least_recently_used_counter() {
+        let mut shard = Shard::new(1);
+        for bucket in 0..WAYS as u64 {
+            shard.add(&counter(bucket), 10 + bucket, 0);
+        }
+        // Bucket 0 is the oldest, but reading it makes bucket 1 the least
+        // recently used.
+        assert_eq!(shard.read(&counter(0), 1), 10);
+        assert_eq!(shard.add(&counter(99), 1, 2), (1, true));
+        assert_eq!(shard.read(&counter(1), 3), 0, "evicted: reads as 0");
+        assert_eq!(shard.read(&counter(0), 3), 10);
+        assert_eq!(shard.read(&counter(99), 3), 1);
+    }
+
+    #[tokio::test]
+    async fn a_store_holds_its_capacity_and_counts_evictions() {
+        let store = MemoryStore::with_capacity(1_000);
+        assert!(store.capacity() >= 1_000 && store.capacity() < 1_000 + 64 * WAYS);
+        let batch = |key: &str| CounterBatch {
+            reads: smallvec::smallvec![counter_of(key, 0)],
+            adds: smallvec::smallvec![counter_of(key, 1)],
+            amount: 1,
+            now_ms: 1_000,
+        };
+        for index in 0..10 * store.capacity() {
+            store
+                .read_and_add(&batch(&index.to_string()))
+                .await
+                .unwrap();
+        }
+        assert!(store.len() <= store.capacity());
+        assert!(store.len() > store.capacity() * 9 / 10, "{}", store.len());
+        assert!(store.evictions() >= 9 * store.capacity() as u64);
+        // A key in use survives a flood of new ones.
+        let hot = batch("hot");
+        store.read_and_add(&hot).await.unwrap();
+        for index in 0..10 * store.capacity() {
+            store
+                .read_and_add(&batch(&format!("flood-{index}")))
+                .await
+                .unwrap();
+            if index % 8 == 0 {
+                store.read_and_add(&hot).await.unwrap();
+            }
+        }
+        let counts = store.read_and_add(&hot).await.unwrap();
+        assert!(counts.added[0] > 1, "the hot counter was kept");
+    }
+
+    #[test]
+    fn capacity_rounds_up_to_whole_sets() {
+        assert_eq!(MemoryStore::with_capacity(0).capacity(), WAYS);
+        assert_eq!(MemoryStore::with_capacity(16).capacity(), 16);
+        assert_eq!(MemoryStore::with_capacity(17).capacity(), 32);
+        let store = MemoryStore::with_capacity(DEFAULT_MEMORY_CAPACITY);
+        assert_eq!(store.capacity(), 1_000_448);
+        assert_eq!(store.table_bytes() / store.capacity(), 32);
     }
 }

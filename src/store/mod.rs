@@ -19,9 +19,9 @@ pub mod memory;
 
 #[cfg(feature = "memcached")]
 pub use memcached::{
-    MemcachedOptions, MemcachedStore, TlsOptions, TopologySnapshot, TopologySource,
+    MemcachedClock, MemcachedOptions, MemcachedStore, TlsOptions, TopologySnapshot, TopologySource,
 };
-pub use memory::MemoryStore;
+pub use memory::{DEFAULT_MEMORY_CAPACITY, MemoryStore};
 
 /// A 128-bit digest of (scope, key). Counters are named by it, never by the
 /// key itself, so any user key, whatever its length or bytes, becomes a short

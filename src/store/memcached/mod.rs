@@ -15,7 +15,9 @@
 //! | [`discovery`] | ElastiCache Auto Discovery: `config get cluster`, polled |
 //! | [`wire`] | keys, meta commands and replies as bytes, no I/O |
 //! | [`route`] | the rendezvous hash that picks a key's node |
+//! | [`clock`] | the shared clock: the first node's second, watched as it ticks |
 
+pub mod clock;
 mod conn;
 mod dial;
 pub mod discovery;
@@ -36,6 +38,7 @@ use super::{
 };
 use crate::policy::{PLAIN_NAME_RULE, is_plain_name};
 
+pub use self::clock::MemcachedClock;
 pub use self::dial::TlsOptions;
 pub use self::route::DigestRendezvous;
 

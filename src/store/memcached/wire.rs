@@ -43,6 +43,12 @@ pub enum Command {
     Subtract { counter: CounterKey, amount: u64 },
     /// `mn`: answers `MN`, for health checks.
     Noop,
+    /// `ma <ns>:clock:<expires> N<expires> J0 D0 t`: the shared clock's
+    /// probe (see `clock.rs`). Creates, once, an item whose absolute expiry
+    /// `expires` (Unix seconds) is in its name, and answers its remaining
+    /// TTL, `HD t<secs>`, read as [`Reply::Value`]: memcached's own Unix
+    /// second is then `expires - secs`.
+    ClockProbe { expires: u32 },
 }
 
 impl Command {
@@ -95,6 +101,14 @@ pub fn write_key(namespace: &str, counter: &CounterKey, buffer: &mut Vec<u8>) {
     write_number(counter.bucket, buffer);
 }
 
+/// The clock probe's key: `{namespace}:clock:{expires}`. A counter's key
+/// has a 32-digit digest where this has `clock`, so they never meet.
+pub fn write_probe_key(namespace: &str, expires: u32, buffer: &mut Vec<u8>) {
+    buffer.extend_from_slice(namespace.as_bytes());
+    buffer.extend_from_slice(b":clock:");
+    write_number(u64::from(expires), buffer);
+}
+
 /// The wire key as a string, for tests and diagnostics.
 pub fn key_string(namespace: &str, counter: &CounterKey) -> String {
     let mut buffer = Vec::with_capacity(96);
@@ -132,6 +146,13 @@ pub fn encode(command: &Command, namespace: &str, opaque: u32, buffer: &mut Vec<
             buffer.extend_from_slice(b" MD D");
             write_number(*amount, buffer);
             buffer.extend_from_slice(b" v");
+        }
+        Command::ClockProbe { expires } => {
+            buffer.extend_from_slice(b"ma ");
+            write_probe_key(namespace, *expires, buffer);
+            buffer.extend_from_slice(b" N");
+            write_number(u64::from(*expires), buffer);
+            buffer.extend_from_slice(b" J0 D0 t");
         }
         // `mn` takes no flags, so it carries no opaque token.
         Command::Noop => {
@@ -178,6 +199,7 @@ pub fn parse(buffer: &[u8]) -> Result<Option<Parsed>, Desync> {
     };
     let mut opaque = None;
     let mut length = None;
+    let mut ttl = None;
     for (index, token) in tokens.enumerate() {
         if index == 0 && code == ReturnCode::Va {
             length = Some(
@@ -186,6 +208,9 @@ pub fn parse(buffer: &[u8]) -> Result<Option<Parsed>, Desync> {
                     .ok_or_else(|| Desync(format!("bad value length in {}", show(line))))?
                     as usize,
             );
+        } else if let Some(digits) = token.strip_prefix(b"t") {
+            // `t-1` (no expiry) is not a number: the probe fails.
+            ttl = parse_number(digits);
         } else if let Some(digits) = token.strip_prefix(b"O") {
             opaque = Some(
                 parse_number(digits)
@@ -218,6 +243,8 @@ pub fn parse(buffer: &[u8]) -> Result<Option<Parsed>, Desync> {
         }
         ReturnCode::En | ReturnCode::Nf => Reply::Missing,
         ReturnCode::Mn => Reply::Noop,
+        // Only the clock probe asks for a TTL.
+        ReturnCode::Hd if ttl.is_some() => Reply::Value(ttl.unwrap_or_default()),
         _ => Reply::Failed(format!("memcached answered {}", show(line))),
     };
     Ok(Some(Parsed { reply, opaque, len }))
@@ -305,10 +332,21 @@ mod tests {
             &mut buffer,
         );
         encode(&Command::Noop, "sg", 10, &mut buffer);
+        encode(
+            &Command::ClockProbe {
+                expires: 1_800_090_000,
+            },
+            "sg",
+            11,
+            &mut buffer,
+        );
         let key = "sg:edce31df96748419b36acbefd989743c:60000.10:2950000";
         assert_eq!(
             String::from_utf8(buffer).unwrap(),
-            format!("mg {key} v O7\r\nma {key} N122 J3 D3 v O8\r\nma {key} MD D3 v O9\r\nmn\r\n")
+            format!(
+                "mg {key} v O7\r\nma {key} N122 J3 D3 v O8\r\nma {key} MD D3 v O9\r\nmn\r\n\
+                 ma sg:clock:1800090000 N1800090000 J0 D0 t O11\r\n"
+            )
         );
         assert_eq!(key_string("sg", &counter()), key);
     }
@@ -351,6 +389,16 @@ mod tests {
             parse(b"NS O4\r\n").unwrap().unwrap().reply,
             Reply::Failed(_)
         ));
+        assert!(matches!(
+            parse(b"HD O4\r\n").unwrap().unwrap().reply,
+            Reply::Failed(_)
+        ));
+        assert!(matches!(
+            parse(b"HD t-1 O4\r\n").unwrap().unwrap().reply,
+            Reply::Failed(_)
+        ));
+        let probe = parse(b"HD t86399 O4\r\n").unwrap().unwrap();
+        assert_eq!((probe.reply, probe.opaque), (Reply::Value(86_399), Some(4)));
     }
 
     #[test]

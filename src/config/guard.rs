@@ -1,0 +1,372 @@
+//! The configuration of what bounds and guards the service: the embedded
+//! store's capacity (`[memory]`), the connection cap and API tokens
+//! (`[server]`), and the clock decisions read (`[clock]`).
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use super::{ConfigError, Origin, Overrides};
+use crate::store::DEFAULT_MEMORY_CAPACITY;
+
+/// Connections served at once when none is configured.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+/// 32 bytes a counter: 16 GiB at most.
+const MAX_MEMORY_CAPACITY: u64 = 500_000_000;
+const MAX_CONNECTIONS: u64 = 1_000_000;
+/// Shorter tokens can be guessed; longer ones are not tokens.
+const TOKEN_BYTES: std::ops::RangeInclusive<usize> = 16..=4096;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct MemorySection {
+    capacity: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ServerSection {
+    max_connections: Option<u64>,
+    api_tokens: Option<Vec<String>>,
+    api_tokens_file: Option<PathBuf>,
+    metrics_need_token: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ClockSection {
+    source: Option<String>,
+}
+
+/// How the HTTP listener guards itself.
+#[derive(Clone, Debug)]
+pub struct ServerGuard {
+    /// Connections served at once; past it, new ones are closed at once.
+    pub max_connections: usize,
+    /// When not empty, the API needs `Authorization: Bearer <token>`.
+    pub api_tokens: ApiTokens,
+    /// Whether `/metrics` needs a token too (when tokens are set).
+    pub metrics_need_token: bool,
+}
+
+impl Default for ServerGuard {
+    fn default() -> ServerGuard {
+        ServerGuard {
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            api_tokens: ApiTokens::default(),
+            metrics_need_token: false,
+        }
+    }
+}
+
+/// Where decisions read the time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ClockSource {
+    /// This host's clock.
+    #[default]
+    Local,
+    /// The first Memcached node's clock, through an estimated offset.
+    Memcached,
+}
+
+/// The accepted API tokens. Only their BLAKE3 hashes are kept, so a
+/// comparison takes the same time whatever the presented token's length
+/// and content, and a debug print or a core dump shows no token.
+#[derive(Clone, Default)]
+pub struct ApiTokens {
+    hashes: Vec<[u8; 32]>,
+}
+
+impl ApiTokens {
+    /// Tokens as given; the error says which one is wrong, never what it is.
+    pub fn new<'a>(tokens: impl IntoIterator<Item = &'a str>) -> Result<ApiTokens, String> {
+        let mut hashes = Vec::new();
+        for (index, token) in tokens.into_iter().enumerate() {
+            if !TOKEN_BYTES.contains(&token.len()) {
+                return Err(format!(
+                    "token {index}: must be {} to {} bytes, got {}",
+                    TOKEN_BYTES.start(),
+                    TOKEN_BYTES.end(),
+                    token.len()
+                ));
+            }
+            if !token.bytes().all(|byte| byte.is_ascii_graphic()) {
+                return Err(format!(
+                    "token {index}: must be printable ASCII without spaces"
+                ));
+            }
+            hashes.push(*blake3::hash(token.as_bytes()).as_bytes());
+        }
+        Ok(ApiTokens { hashes })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.hashes.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.hashes.len()
+    }
+
+    /// Whether `presented` is one of the tokens, in time that does not
+    /// depend on which bytes match: every hash is compared in full.
+    pub fn accepts(&self, presented: &[u8]) -> bool {
+        let presented = blake3::hash(presented);
+        let presented = presented.as_bytes();
+        let mut found = 0u8;
+        for hash in &self.hashes {
+            let difference = hash
+                .iter()
+                .zip(presented)
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b));
+            found |= u8::from(std::hint::black_box(difference) == 0);
+        }
+        found == 1
+    }
+}
+
+impl fmt::Debug for ApiTokens {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ApiTokens({} configured)", self.hashes.len())
+    }
+}
+
+/// What [`resolve`] settles.
+pub(super) struct Guards {
+    pub memory_capacity: usize,
+    pub server: ServerGuard,
+    pub clock_source: ClockSource,
+}
+
+pub(super) fn resolve(
+    origin: &Origin,
+    overrides: &Overrides,
+    memory: &MemorySection,
+    server: &ServerSection,
+    clock: &ClockSection,
+    file_dir: Option<&Path>,
+    has_servers: bool,
+) -> Result<Guards, ConfigError> {
+    let memory_capacity = origin
+        .layered(
+            ("memory-capacity", overrides.memory_capacity.as_ref()),
+            ("memory.capacity", memory.capacity.as_ref()),
+            |&count| {
+                if (1..=MAX_MEMORY_CAPACITY).contains(&count) {
+                    Ok(count as usize)
+                } else {
+                    Err(format!(
+                        "must be from 1 to {MAX_MEMORY_CAPACITY} counters, got {count}"
+                    ))
+                }
+            },
+        )?
+        .unwrap_or(DEFAULT_MEMORY_CAPACITY);
+
+    let max_connections = match server.max_connections {
+        Some(count @ 1..=MAX_CONNECTIONS) => count as usize,
+        Some(count) => {
+            return Err(origin.file_error(
+                "server.max_connections",
+                format!("must be from 1 to {MAX_CONNECTIONS}, got {count}"),
+            ));
+        }
+        None => DEFAULT_MAX_CONNECTIONS,
+    };
+
+    // The environment wins over the file, as everywhere; within the file,
+    // the list and the file add up.
+    let api_tokens = match &overrides.api_tokens {
+        Some(list) => ApiTokens::new(list.split(',').map(str::trim).filter(|t| !t.is_empty()))
+            .map_err(|message| ConfigError(format!("SLIDEGATE_API_TOKENS: {message}")))?,
+        None => {
+            let mut tokens: Vec<String> = Vec::new();
+            if let Some(listed) = &server.api_tokens {
+                ApiTokens::new(listed.iter().map(String::as_str))
+                    .map_err(|message| origin.file_error("server.api_tokens", message))?;
+                tokens.extend(listed.iter().cloned());
+            }
+            if let Some(path) = &server.api_tokens_file {
+                let path = match file_dir {
+                    Some(dir) if path.is_relative() => dir.join(path),
+                    _ => path.clone(),
+                };
+                let field = "server.api_tokens_file";
+                let text = std::fs::read_to_string(&path).map_err(|error| {
+                    origin.file_error(field, format!("cannot read {}: {error}", path.display()))
+                })?;
+                let from_file: Vec<&str> = text
+                    .lines()
+                    .map(str::trim)
+                    .filter(|line| !line.is_empty() && !line.starts_with('#'))
+                    .collect();
+                ApiTokens::new(from_file.iter().copied()).map_err(|message| {
+                    origin.file_error(field, format!("{}: {message}", path.display()))
+                })?;
+                tokens.extend(from_file.into_iter().map(str::to_owned));
+            }
+            ApiTokens::new(tokens.iter().map(String::as_str))
+                .map_err(|message| origin.file_error("server.api_tokens", message))?
+        }
+    };
+
+    let clock_source = match clock.source.as_deref() {
+        None | Some("local") => ClockSource::Local,
+        Some("memcached") if has_servers => ClockSource::Memcached,
+        Some("memcached") => {
+            return Err(origin.file_error(
+                "clock.source",
+                "\"memcached\" needs Memcached servers (memcached.servers or --memcached)"
+                    .to_owned(),
+            ));
+        }
+        Some(other) => {
+            return Err(origin.file_error(
+                "clock.source",
+                format!("{other:?} is not one of local, memcached"),
+            ));
+        }
+    };
+
+    Ok(Guards {
+        memory_capacity,
+        server: ServerGuard {
+            max_connections,
+            api_tokens,
+            metrics_need_token: server.metrics_need_token.unwrap_or(false),
+        },
+        clock_source,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    fn resolve(text: &str, overrides: &Overrides) -> Result<Config, String> {
+        Config::resolve(Some((Path::new("slidegate.toml"), text)), overrides)
+            .map_err(|e| e.to_string())
+    }
+
+    const TOKEN: &str = "0123456789abcdef-token";
+
+    #[test]
+    fn defaults_bound_everything_and_guard_nothing() {
+        let config = resolve("", &Overrides::default()).unwrap();
+        assert_eq!(config.memory_capacity, DEFAULT_MEMORY_CAPACITY);
+        assert_eq!(config.server.max_connections, DEFAULT_MAX_CONNECTIONS);
+        assert!(config.server.api_tokens.is_empty());
+        assert_eq!(config.clock_source, ClockSource::Local);
+    }
+
+    #[test]
+    fn sections_load_and_the_environment_wins() {
+        let text = format!(
+            "[memcached]\nservers = [\"127.0.0.1:11211\"]\n[memory]\ncapacity = 5000\n\
+             [server]\nmax_connections = 7\napi_tokens = [\"{TOKEN}\"]\nmetrics_need_token = true\n\
+             [clock]\nsource = \"memcached\"\n"
+        );
+        let config = resolve(&text, &Overrides::default()).unwrap();
+        assert_eq!(config.memory_capacity, 5000);
+        assert_eq!(config.server.max_connections, 7);
+        assert!(config.server.api_tokens.accepts(TOKEN.as_bytes()));
+        assert!(!config.server.api_tokens.accepts(b"0123456789abcdef-tokeN"));
+        assert!(config.server.metrics_need_token);
+        assert_eq!(config.clock_source, ClockSource::Memcached);
+        let overrides = Overrides {
+            memory_capacity: Some(9),
+            api_tokens: Some(" other-token-0123456789, second-token-0123456789 ".into()),
+            ..Overrides::default()
+        };
+        let config = resolve(&text, &overrides).unwrap();
+        assert_eq!(config.memory_capacity, 9);
+        assert_eq!(config.server.api_tokens.len(), 2);
+        assert!(!config.server.api_tokens.accepts(TOKEN.as_bytes()));
+        assert!(config.server.api_tokens.accepts(b"second-token-0123456789"));
+    }
+
+    #[test]
+    fn a_tokens_file_is_relative_to_the_config_file() {
+        let dir = std::env::temp_dir().join(format!("slidegate-tokens-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("tokens"), format!("# ops\n\n{TOKEN}\n")).unwrap();
+        let config = Config::resolve(
+            Some((
+                &dir.join("slidegate.toml"),
+                "[server]\napi_tokens_file = \"tokens\"",
+            )),
+            &Overrides::default(),
+        )
+        .unwrap();
+        assert!(config.server.api_tokens.accepts(TOKEN.as_bytes()));
+        assert_eq!(
+            format!("{:?}", config.server.api_tokens),
+            "ApiTokens(1 configured)"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn bad_values_name_the_field_and_never_the_token() {
+        let cases = [
+            (
+                "[memory]\ncapacity = 0",
+                "slidegate.toml: memory.capacity: must be from 1",
+            ),
+            (
+                "[server]\nmax_connections = 0",
+                "server.max_connections: must be from 1",
+            ),
+            (
+                "[server]\napi_tokens = [\"short\"]",
+                "server.api_tokens: token 0: must be 16",
+            ),
+            (
+                "[server]\napi_tokens = [\"has a space in it, too long\"]",
+                "server.api_tokens: token 0: must be printable",
+            ),
+            (
+                "[server]\napi_tokens_file = \"/nonexistent/x\"",
+                "server.api_tokens_file: cannot read",
+            ),
+            (
+                "[server]\nmetrics_need_tokens = true",
+                "unknown field `metrics_need_tokens`",
+            ),
+            (
+                "[clock]\nsource = \"ntp\"",
+                "clock.source: \"ntp\" is not one of",
+            ),
+            (
+                "[clock]\nsource = \"memcached\"",
+                "clock.source: \"memcached\" needs",
+            ),
+        ];
+        for (text, expected) in cases {
+            let error = resolve(text, &Overrides::default()).unwrap_err();
+            assert!(error.contains(expected), "{text:?}: {error}");
+            assert!(!error.contains("has a space"), "{error}");
+        }
+        let overrides = Overrides {
+            api_tokens: Some("a-secret-but-short".replace("-but-short", "")),
+            ..Overrides::default()
+        };
+        let error = resolve("", &overrides).unwrap_err();
+        assert!(
+            error.starts_with("SLIDEGATE_API_TOKENS: token 0:"),
+            "{error}"
+        );
+        assert!(!error.contains("a-secret"), "{error}");
+        let overrides = Overrides {
+            memory_capacity: Some(0),
+            ..Overrides::default()
+        };
+        let error = resolve("", &overrides).unwrap_err();
+        assert!(
+            error.starts_with("--memory-capacity (or SLIDEGATE_MEMORY_CAPACITY): "),
+            "{error}"
+        );
+    }
+}

@@ -1,0 +1,220 @@
+//! What guards the listener: the connection cap, the API token, and the
+//! counters they keep, read into /metrics by [`snapshot`].
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use hyper::header::{AUTHORIZATION, HeaderValue, WWW_AUTHENTICATE};
+use hyper::{Request, Response, StatusCode};
+
+use super::App;
+use super::api::{self, Body};
+use crate::clock::{SystemClock, WatchedClock};
+use crate::config::ServerGuard;
+use crate::store::AnyStore;
+#[cfg(feature = "memcached")]
+use crate::store::MemcachedClock;
+
+pub(crate) struct Guard {
+    settings: ServerGuard,
+    open: Arc<AtomicUsize>,
+    refused: AtomicU64,
+    unauthorized: AtomicU64,
+    /// The local clock, watched for backward jumps.
+    pub(crate) local_clock: Arc<WatchedClock<SystemClock>>,
+    /// The shared clock, when `[clock] source = "memcached"`.
+    #[cfg(feature = "memcached")]
+    pub(crate) shared_clock: Option<Arc<MemcachedClock>>,
+}
+
+/// A served connection's place under the cap, given back when it ends.
+pub(crate) struct Permit(Arc<AtomicUsize>);
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Guard {
+    pub(crate) fn new(settings: ServerGuard, local_clock: Arc<WatchedClock<SystemClock>>) -> Guard {
+        Guard {
+            settings,
+            open: Arc::new(AtomicUsize::new(0)),
+            refused: AtomicU64::new(0),
+            unauthorized: AtomicU64::new(0),
+            local_clock,
+            #[cfg(feature = "memcached")]
+            shared_clock: None,
+        }
+    }
+
+    /// A place for a new connection, or `None` (counted) past the cap. Only
+    /// the accept loop takes places, so the check and the increment need
+    /// not be one atomic step.
+    pub(crate) fn admit(&self) -> Option<Permit> {
+        if self.open.load(Ordering::Relaxed) >= self.settings.max_connections {
+            self.refused.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        self.open.fetch_add(1, Ordering::Relaxed);
+        Some(Permit(self.open.clone()))
+    }
+
+    /// Connections closed at once because the cap was reached.
+    pub fn refused_connections(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
+    }
+
+    /// The 401 for a request that needs a token and has no valid one;
+    /// `None` lets it through. No allocation when it passes.
+    pub(crate) fn refuse<B>(&self, request: &Request<B>) -> Option<Response<Body>> {
+        let tokens = &self.settings.api_tokens;
+        if tokens.is_empty() {
+            return None;
+        }
+        let needs_token = match request.uri().path() {
+            "/v1/check" | "/v1/peek" | "/v1/report" | "/v1/auth" => true,
+            "/metrics" => self.settings.metrics_need_token,
+            _ => false,
+        };
+        if !needs_token {
+            return None;
+        }
+        let presented = request
+            .headers()
+            .get(AUTHORIZATION)
+            .and_then(|value| bearer_token(value.as_bytes()));
+        if presented.is_some_and(|token| tokens.accepts(token)) {
+            return None;
+        }
+        self.unauthorized.fetch_add(1, Ordering::Relaxed);
+        let message = if presented.is_some() {
+            "authorization: the bearer token is not valid"
+        } else {
+            "authorization: required: send Authorization: Bearer <token>"
+        };
+        let mut response = api::error(StatusCode::UNAUTHORIZED, message);
+        response.headers_mut().insert(
+            WWW_AUTHENTICATE,
+            HeaderValue::from_static("Bearer realm=\"slidegate\""),
+        );
+        Some(response)
+    }
+}
+
+/// The token of `Bearer <token>` (the scheme is case-insensitive, RFC 9110).
+fn bearer_token(value: &[u8]) -> Option<&[u8]> {
+    let (scheme, rest) = value.split_at_checked(7)?;
+    if !scheme.eq_ignore_ascii_case(b"bearer ") {
+        return None;
+    }
+    let token = rest.trim_ascii();
+    (!token.is_empty()).then_some(token)
+}
+
+/// The guards' figures at one instant, to be encoded into /metrics with
+/// the rest: the connection cap, the token, the clocks, the embedded store.
+pub(crate) fn snapshot(app: &App) -> Vec<Figure> {
+    let guard = &app.guard;
+    let mut figures = vec![
+        Figure::gauge(
+            "slidegate_connections_open",
+            "HTTP connections being served.",
+            guard.open.load(Ordering::Relaxed) as u64,
+        ),
+        Figure::counter(
+            "slidegate_connections_refused",
+            "HTTP connections closed at once because max_connections were open.",
+            guard.refused_connections(),
+        ),
+        Figure::counter(
+            "slidegate_unauthorized",
+            "Requests refused with 401 for want of a valid API token.",
+            guard.unauthorized.load(Ordering::Relaxed),
+        ),
+        Figure::counter(
+            "slidegate_clock_backward_jumps",
+            "Times the local clock was set back by more than 100 ms.",
+            guard.local_clock.backward_jumps(),
+        ),
+    ];
+    #[cfg(feature = "memcached")]
+    if let Some(shared) = &guard.shared_clock {
+        figures.push(Figure::signed_gauge(
+            "slidegate_clock_offset_ms",
+            "Milliseconds added to the local clock to read the first Memcached node's.",
+            shared.offset_ms(),
+        ));
+        figures.push(Figure::counter(
+            "slidegate_clock_estimate_failures",
+            "Estimates of the shared clock's offset that failed.",
+            shared.estimates().1,
+        ));
+    }
+    if let AnyStore::Memory(store) = app.limiter.store() {
+        figures.push(Figure::counter(
+            "slidegate_memory_evictions",
+            "Live counters the embedded store evicted to make room (they then read as 0).",
+            store.evictions(),
+        ));
+        figures.push(Figure::gauge(
+            "slidegate_memory_capacity",
+            "Counters the embedded store holds before it evicts.",
+            store.capacity() as u64,
+        ));
+    }
+    figures
+}
+
+/// One unlabelled series. A counter's name has no `_total`: the encoder
+/// adds it, as OpenMetrics wants.
+#[derive(Debug)]
+pub(crate) struct Figure {
+    pub name: &'static str,
+    pub help: &'static str,
+    pub counter: bool,
+    pub value: i64,
+}
+
+impl Figure {
+    fn counter(name: &'static str, help: &'static str, value: u64) -> Figure {
+        Figure {
+            name,
+            help,
+            counter: true,
+            value: i64::try_from(value).unwrap_or(i64::MAX),
+        }
+    }
+
+    fn gauge(name: &'static str, help: &'static str, value: u64) -> Figure {
+        Figure {
+            counter: false,
+            ..Figure::counter(name, help, value)
+        }
+    }
+
+    #[cfg(feature = "memcached")]
+    fn signed_gauge(name: &'static str, help: &'static str, value: i64) -> Figure {
+        Figure {
+            name,
+            help,
+            counter: false,
+            value,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive_and_needs_a_token() {
+        assert_eq!(bearer_token(b"Bearer abc"), Some(&b"abc"[..]));
+        assert_eq!(bearer_token(b"bearer  abc "), Some(&b"abc"[..]));
+        assert_eq!(bearer_token(b"Bearer "), None);
+        assert_eq!(bearer_token(b"Basic abc"), None);
+        assert_eq!(bearer_token(b"Bear"), None);
+    }
+}

@@ -1,0 +1,186 @@
+//! The shared clock: two instances whose local clocks are 3 s apart count
+//! one window together exactly when they read the first Memcached node's
+//! clock, and do not when each reads its own.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use slidegate::{
+    Clock, Limit, Limiter, MemcachedClock, MemcachedStore, Policy, Store, SystemClock,
+};
+
+/// A host whose clock is `by_ms` ahead of this one's: the test-only offset.
+struct Skewed {
+    by_ms: u64,
+}
+
+impl Clock for Skewed {
+    fn now_ms(&self) -> u64 {
+        SystemClock.now_ms() + self.by_ms
+    }
+}
+
+const SKEW_MS: u64 = 3_000;
+const LIMIT: u64 = 20;
+/// Shorter than the skew: with local clocks the two instances are never in
+/// the same bucket.
+const WINDOW_MS: u64 = 2_000;
+
+/// Two instances take turns checking one fresh key, starting early in a
+/// window by `timing`'s clock; how many checks were admitted. `None` when
+/// the run crossed a bucket boundary (by `timing`), to be run again.
+async fn admitted_together<S: Store>(
+    a: &Limiter<S>,
+    b: &Limiter<S>,
+    timing: &dyn Clock,
+    key: &str,
+) -> Option<u64> {
+    let policy = Policy::new("together", vec![Limit::new(LIMIT, WINDOW_MS, 1).unwrap()]).unwrap();
+    // Early in a window, but clear of its start, so that instances which
+    // disagree by a few ms still share the bucket.
+    loop {
+        let position = timing.now_ms() % WINDOW_MS;
+        if (300..700).contains(&position) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let bucket = timing.now_ms() / WINDOW_MS;
+    let mut admitted = 0;
+    for _ in 0..LIMIT {
+        for limiter in [a, b] {
+            if limiter.check(key, &policy, 1).await.unwrap().allowed {
+                admitted += 1;
+            }
+        }
+    }
+    let still_there = timing.now_ms() % WINDOW_MS < WINDOW_MS - 300;
+    (timing.now_ms() / WINDOW_MS == bucket && still_there).then_some(admitted)
+}
+
+fn limiter(store: MemcachedStore, clock: Arc<dyn Clock>) -> Limiter<MemcachedStore> {
+    Limiter::builder(store)
+        .clock(clock)
+        // Every decision from the store, none from remembered rejects.
+        .near_cache_capacity(0)
+        .timeout(Duration::from_secs(2))
+        .build()
+}
+
+async fn run(
+    a: &Limiter<MemcachedStore>,
+    b: &Limiter<MemcachedStore>,
+    timing: &dyn Clock,
+    name: &str,
+) -> u64 {
+    for attempt in 0..5 {
+        let key = format!("{name}-{attempt}-{}", common::unique_namespace());
+        if let Some(admitted) = admitted_together(a, b, timing, &key).await {
+            return admitted;
+        }
+    }
+    panic!("five runs in a row crossed a bucket boundary");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_three_seconds_apart_count_one_window_together_on_the_shared_clock() {
+    let options = common::memcached_options(vec![common::shared_memcached().addr()]);
+    let behind: Arc<dyn Clock> = Arc::new(Skewed { by_ms: 0 });
+    let ahead: Arc<dyn Clock> = Arc::new(Skewed { by_ms: SKEW_MS });
+
+    let clock_a = MemcachedClock::start(&options, behind.clone())
+        .await
+        .unwrap();
+    let clock_b = MemcachedClock::start(&options, ahead.clone())
+        .await
+        .unwrap();
+    assert!(
+        clock_a.synced(Duration::from_secs(20)).await,
+        "no estimate for A"
+    );
+    assert!(
+        clock_b.synced(Duration::from_secs(20)).await,
+        "no estimate for B"
+    );
+    let disagreement = clock_a.now_ms() as i64 - clock_b.now_ms() as i64;
+    println!(
+        "offsets: A {} ms, B {} ms; the two shared clocks differ by {disagreement} ms (local clocks: {SKEW_MS} ms)",
+        clock_a.offset_ms(),
+        clock_b.offset_ms()
+    );
+
+    let connect = || async { MemcachedStore::connect(&options).await.unwrap() };
+    let a = limiter(connect().await, clock_a.clone());
+    let b = limiter(connect().await, clock_b.clone());
+    let shared = run(&a, &b, &*clock_a, "shared").await;
+    println!(
+        "source = memcached: {shared} admitted of {} (limit {LIMIT})",
+        2 * LIMIT
+    );
+    assert_eq!(shared, LIMIT, "the two instances count one window together");
+
+    let a = limiter(connect().await, behind.clone());
+    let b = limiter(connect().await, ahead.clone());
+    let local = run(&a, &b, &*behind, "local").await;
+    println!(
+        "source = local: {local} admitted of {} (limit {LIMIT})",
+        2 * LIMIT
+    );
+    assert!(
+        local > LIMIT,
+        "3 s apart, local clocks put the instances in different buckets"
+    );
+}
+
+#[tokio::test]
+async fn the_service_decides_on_the_shared_clock_when_configured() {
+    let memcached = common::shared_memcached();
+    let dir = std::env::temp_dir().join(format!("slidegate-clock-{}", common::unique_namespace()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let config = format!(
+        "listen = \"{addr}\"\n[memcached]\nservers = [\"{}\"]\nnamespace = \"{}\"\n[clock]\nsource = \"memcached\"\n",
+        memcached.addr(),
+        common::unique_namespace()
+    );
+    std::fs::write(dir.join("slidegate.toml"), config).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_slidegate"))
+        .arg("--config")
+        .arg(dir.join("slidegate.toml"))
+        .env_remove("SLIDEGATE_MEMCACHED")
+        .env_remove("SLIDEGATE_LISTEN")
+        .env_remove("SLIDEGATE_CONFIG")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let metrics = loop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "slidegate did not serve"
+        );
+        assert!(matches!(child.try_wait(), Ok(None)), "slidegate exited");
+        if std::net::TcpStream::connect(addr).is_ok() {
+            break common::http::get(addr, "/metrics").await.body;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    let offset = metrics
+        .lines()
+        .find_map(|line| line.strip_prefix("slidegate_clock_offset_ms "))
+        .unwrap_or_else(|| panic!("no clock offset in {metrics}"));
+    println!("the service's offset to Memcached's clock: {offset} ms");
+    assert!(
+        metrics.contains("slidegate_clock_backward_jumps_total 0"),
+        "{metrics}"
+    );
+}
