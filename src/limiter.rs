@@ -520,9 +520,8 @@ impl<S: Store> Limiter<S> {
             .map(|(limit, counts)| Seen {
                 window: limit.window(),
                 bucket: limit.window().bucket_of(now_ms),
-                counts,
-            })
-            .collect();
+                counts: counts.into(),
+            });
         self.near_cache
             .remember(near_key, seen, Duration::from_millis(lifetime));
     }

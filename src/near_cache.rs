@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use moka::Expiry;
 use moka::sync::Cache;
+use smallvec::SmallVec;
 
 use crate::policy::{Policy, Window};
 use crate::store::KeyDigest;
@@ -99,11 +100,15 @@ impl Hasher for FoldHasher {
 pub struct Seen {
     pub window: Window,
     pub bucket: u64,
-    pub counts: Vec<u64>,
+    /// Inline for precision 1 (two counts).
+    pub counts: SmallVec<[u64; 2]>,
 }
 
+/// What one key's entry holds, in one allocation for a policy of one limit
+/// at precision 1: the near-cache's capacity is counted in entries, and
+/// its memory is mostly theirs (100,000 entries: docs/performance.md).
 struct Entry {
-    seen: Vec<Seen>,
+    seen: SmallVec<[Seen; 1]>,
     lifetime: Duration,
 }
 
@@ -168,8 +173,9 @@ impl NearCache {
     }
 
     /// Remember lower bounds of the counts for `lifetime`.
-    pub fn remember(&self, key: NearKey, seen: Vec<Seen>, lifetime: Duration) {
+    pub fn remember(&self, key: NearKey, seen: impl IntoIterator<Item = Seen>, lifetime: Duration) {
         if let Some(cache) = &self.cache {
+            let seen = seen.into_iter().collect();
             cache.insert(key, Arc::new(Entry { seen, lifetime }));
         }
     }
@@ -209,7 +215,7 @@ mod tests {
         let seen = Seen {
             window: per_minute.window(),
             bucket: 10,
-            counts: vec![2, 5],
+            counts: smallvec::smallvec![2, 5],
         };
         cache.remember(key, vec![seen], Duration::from_secs(60));
         assert_eq!(

@@ -41,6 +41,8 @@ struct Args {
     library_only: bool,
     /// Callers of the library phases.
     callers: Vec<usize>,
+    /// Only the distinct-keys memory phase.
+    memory_only: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -53,6 +55,7 @@ fn parse_args() -> Result<Args, String> {
         connections: slidegate::MemcachedOptions::default().connections,
         library_only: false,
         callers: vec![1, 16, 64, 256],
+        memory_only: false,
     };
     let mut given = std::env::args().skip(1);
     while let Some(flag) = given.next() {
@@ -70,6 +73,7 @@ fn parse_args() -> Result<Args, String> {
                     .map_err(|e| format!("--connections: {e}"))?
             }
             "--library-only" => args.library_only = true,
+            "--memory-only" => args.memory_only = true,
             "--callers" => {
                 args.callers = value()?
                     .split(',')
@@ -118,6 +122,11 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     let mut table: Vec<Entry> = Vec::new();
+    if args.memory_only {
+        table.push((memory_phase(&args, mc, me).await, None));
+        println!("{}", measure::table(&table));
+        return Ok(());
+    }
 
     // The ceilings.
     let one_per_rt = measured(mc, me, raw::one_per_round_trip(mc, 16, args.checks, limit)).await;
@@ -261,26 +270,9 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         eprintln!("python limits skipped: see above");
     }
 
-    // Memory: distinct keys through HTTP, each checked twice against a
-    // limit of 1, so every key leaves a near-cache entry (100k capacity).
-    let server = http::start_slidegate(&args.slidegate, mc, &format!("benchmem{me}"));
-    reset_peak_rss(server.pid());
-    let before = item_commands(&memcached_stats(mc));
-    let mut memory = http::distinct_keys(
-        &server,
-        "HTTP, distinct keys x2 (memory)",
-        "tight",
-        args.memory_keys,
-        2,
-        64,
-    )
-    .await;
-    let after = item_commands(&memcached_stats(mc));
-    memory.commands_per_call = Some((after - before) as f64 / memory.calls.max(1) as f64);
+    let memory = memory_phase(&args, mc, me).await;
+    let memory_rss = memory.peak_rss_kib;
     let distinct = args.memory_keys;
-    let memory_rss = peak_rss_kib(server.pid());
-    memory.peak_rss_kib = memory_rss;
-    drop(server);
     table.push((memory, None));
 
     println!("{}", measure::table(&table));
@@ -339,6 +331,27 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         );
     }
     Ok(())
+}
+
+/// Memory: distinct keys through HTTP, each checked twice against a limit
+/// of 1, so every key leaves a near-cache entry (100k capacity).
+async fn memory_phase(args: &Args, mc: &str, me: u32) -> Row {
+    let server = http::start_slidegate(&args.slidegate, mc, &format!("benchmem{me}"));
+    reset_peak_rss(server.pid());
+    let before = item_commands(&memcached_stats(mc));
+    let mut memory = http::distinct_keys(
+        &server,
+        "HTTP, distinct keys x2 (memory)",
+        "tight",
+        args.memory_keys,
+        2,
+        64,
+    )
+    .await;
+    let after = item_commands(&memcached_stats(mc));
+    memory.commands_per_call = Some((after - before) as f64 / memory.calls.max(1) as f64);
+    memory.peak_rss_kib = peak_rss_kib(server.pid());
+    memory
 }
 
 /// Run a phase in this process, with memcached's command count and this
