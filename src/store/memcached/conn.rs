@@ -478,15 +478,16 @@ async fn write_loop<W: AsyncWrite + Unpin>(
         }
         // A write already out brings its replies within a round trip; until
         // then, gather (see WRITES_IN_FLIGHT).
-        while shared.writes_out.load(Ordering::Acquire) >= WRITES_IN_FLIGHT
-            && batch.len() < MAX_BATCH
-        {
+        // A full batch stops taking requests (they wait in the bounded
+        // queue, then are refused at once) rather than going out beside an
+        // unanswered write: a silent node holds at most two batches.
+        while shared.writes_out.load(Ordering::Acquire) >= WRITES_IN_FLIGHT {
             let room = MAX_BATCH - batch.len();
             tokio::select! {
                 biased;
                 _ = stopped.changed() => return end(queue, false, None),
                 () = shared.write_answered.notified() => {}
-                received = queue.recv_many(&mut batch, room) => {
+                received = queue.recv_many(&mut batch, room), if room > 0 => {
                     if received == 0 {
                         return end(queue, true, None);
                     }
