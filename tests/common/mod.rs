@@ -268,46 +268,12 @@ fn spawn(binary: &Path, port: u16, extra: &[String]) -> Result<Child, String> {
 }
 
 /// The memcached binary, installed with apt-get when missing (we run as
-/// root on the CI machines). A file lock keeps parallel test binaries from
-/// running apt-get at once.
+/// root on the CI machines).
 fn memcached_binary() -> &'static Path {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
     BINARY.get_or_init(|| {
-        if let Some(found) = find_memcached() {
-            return found;
-        }
-        let lock = std::fs::File::create(std::env::temp_dir().join("slidegate-memcached-install.lock"))
-            .expect("create the install lock file");
-        lock.lock().expect("take the install lock");
-        if let Some(found) = find_memcached() {
-            return found;
-        }
-        eprintln!("memcached is not installed: running apt-get install -y memcached");
-        let install = || {
-            Command::new("apt-get")
-                .args(["install", "-y", "-q", "memcached"])
-                .env("DEBIAN_FRONTEND", "noninteractive")
-                .status()
-                .is_ok_and(|status| status.success())
-        };
-        if !install() {
-            let _ = Command::new("apt-get").args(["update", "-q"]).status();
-            install();
-        }
-        find_memcached().expect(
+        process::installed("memcached", "memcached").expect(
             "memcached is missing and `apt-get install -y memcached` did not install it; install it and run the tests again",
         )
     })
-}
-
-fn find_memcached() -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain([
-            "/usr/bin".into(),
-            "/usr/sbin".into(),
-            "/usr/local/bin".into(),
-        ])
-        .map(|dir| dir.join("memcached"))
-        .find(|candidate| candidate.is_file())
 }
