@@ -27,6 +27,8 @@ use crate::window::{self, Counting, LimitState, Verdict};
 mod observed;
 // Several items decided as one request (Envoy RLS descriptors).
 mod together;
+// Checks whose bucket ended while their counters were in flight.
+mod boundary;
 pub use together::Item;
 
 /// One limit's counters before a request, oldest first: inline up to
@@ -95,6 +97,9 @@ pub struct Decision {
     pub shadow: bool,
     /// The decision without shadow mode; equal to `allowed` otherwise.
     pub would_allow: bool,
+    /// The instant, on the limiter's clock, the decision was made for: the
+    /// buckets read are this instant's, and `retry_after_ms` counts from it.
+    pub decided_at_ms: u64,
 }
 
 impl Decision {
@@ -107,6 +112,7 @@ impl Decision {
             source,
             shadow: false,
             would_allow: verdict.allowed,
+            decided_at_ms: verdict.decided_at_ms,
         }
     }
 
@@ -352,50 +358,60 @@ impl<S: Store> Limiter<S> {
         if counting == Counting::IfAdmitted && cost > policy.max_cost() {
             counting = Counting::Never;
         }
-        let now_ms = self.clock.now_ms();
         let digest = KeyDigest::of(policy.scope(), key);
         let near_key = NearKey::new(digest, policy);
-
-        if counting != Counting::Always
-            && let Some(lower_bounds) = self.near_cache.lower_bounds(&near_key, policy, now_ms)
-        {
-            let verdict = window::decide(
-                policy.limits(),
-                &lower_bounds,
-                now_ms,
-                cost,
-                Counting::Never,
-            );
-            if !verdict.allowed {
-                return Ok(self.done(Decision::new(verdict, Source::NearCache)));
+        let mut now_ms = self.clock.now_ms();
+        let mut attempt = 1;
+        loop {
+            if counting != Counting::Always
+                && let Some(lower_bounds) = self.near_cache.lower_bounds(&near_key, policy, now_ms)
+            {
+                let verdict = window::decide(
+                    policy.limits(),
+                    &lower_bounds,
+                    now_ms,
+                    cost,
+                    Counting::Never,
+                );
+                if !verdict.allowed {
+                    return Ok(self.done(Decision::new(verdict, Source::NearCache)));
+                }
             }
-        }
 
-        let layouts: Vec<Layout> = policy
-            .limits()
-            .iter()
-            .map(|limit| layout(digest, limit, now_ms))
-            .collect();
-        let batch = Self::batch(&layouts, cost, counting, now_ms);
-        let counts = match self.timed(self.store.read_and_add(&batch)).await {
-            Ok(found) => Self::counts_before(&layouts, &batch, found),
-            Err(error) => {
-                return self
-                    .fall_back(error, policy, &layouts, &batch, counting, now_ms)
-                    .await;
-            }
-        };
-        let verdict = window::decide(policy.limits(), &counts, now_ms, cost, counting);
-        if !verdict.allowed && counting != Counting::Always {
-            // A check added its cost to the current counters: take it back.
-            let after_rollback = if batch.adds.is_empty() {
-                None
-            } else {
-                self.roll_back(&batch.adds, cost, now_ms).await
+            let layouts: Vec<Layout> = policy
+                .limits()
+                .iter()
+                .map(|limit| layout(digest, limit, now_ms))
+                .collect();
+            let batch = Self::batch(&layouts, cost, counting, now_ms);
+            let counts = match self.timed(self.store.read_and_add(&batch)).await {
+                Ok(found) => Self::counts_before(&layouts, &batch, found),
+                Err(error) => {
+                    return self
+                        .fall_back(error, policy, &layouts, &batch, counting, now_ms)
+                        .await;
+                }
             };
-            self.remember(near_key, policy, &counts, after_rollback, cost, now_ms);
+            let verdict = window::decide(policy.limits(), &counts, now_ms, cost, counting);
+            if !verdict.allowed && counting != Counting::Always {
+                // A check added its cost to the current counters: take it back.
+                let after_rollback = if batch.adds.is_empty() {
+                    None
+                } else {
+                    self.roll_back(&batch.adds, cost, now_ms).await
+                };
+                self.remember(near_key, policy, &counts, after_rollback, cost, now_ms);
+            } else if counting == Counting::IfAdmitted
+                && attempt < boundary::MOST_ATTEMPTS
+                && let Some(later) = boundary::crossed(policy.limits(), now_ms, self.clock.now_ms())
+            {
+                self.roll_back(&batch.adds, cost, now_ms).await;
+                now_ms = later;
+                attempt += 1;
+                continue;
+            }
+            return Ok(self.done(Decision::new(verdict, Source::Store)));
         }
-        Ok(self.done(Decision::new(verdict, Source::Store)))
     }
 
     /// The store's work for one call: read the older counters and add

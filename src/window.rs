@@ -171,6 +171,9 @@ pub struct Verdict {
     /// admitted; `None` if it never can be.
     pub retry_after_ms: Option<u64>,
     pub limits: Vec<LimitState>,
+    /// The instant decided for: the counters are this instant's buckets, and
+    /// `retry_after_ms` counts from it.
+    pub decided_at_ms: u64,
 }
 
 impl Verdict {
@@ -241,6 +244,7 @@ pub fn decide<C: AsRef<[u64]>>(
         counted,
         retry_after_ms: wait,
         limits: states,
+        decided_at_ms: now_ms,
     }
 }
 

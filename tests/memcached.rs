@@ -12,7 +12,8 @@ use slidegate::store::KeyDigest;
 use slidegate::store::memcached::DigestRendezvous;
 use slidegate::store::{CounterKey, Store};
 use slidegate::{
-    CheckError, FailureMode, Limit, Limiter, ManualClock, MemcachedStore, Policy, Source,
+    CheckError, FailureMode, Item, Limit, Limiter, ManualClock, MemcachedOptions, MemcachedStore,
+    Policy, Source,
 };
 
 const MINUTE: u64 = 60_000;
@@ -236,6 +237,82 @@ async fn keys_route_by_digest_over_several_servers() {
         per_server.iter().all(|&n| n > 60),
         "unbalanced: {per_server:?}"
     );
+}
+
+/// A check whose clock read falls in one bucket and whose increment lands
+/// after another instance, already in the next bucket, has read that bucket
+/// as its older one: the other instance decided without it. Admitting it
+/// would let the window hold more than the formula allows at the other's
+/// instant, so it must be decided again in the bucket it finished in. The
+/// proxy holds the first instance's request on the wire while the second
+/// checks, exactly at the boundary.
+#[tokio::test]
+async fn a_check_that_crosses_a_bucket_boundary_in_flight_is_decided_again() {
+    for together in [false, true] {
+        let memcached = Memcached::start();
+        let proxy = CountingProxy::start(memcached.addr()).await;
+        let boundary = common::today_ms() + 30_000;
+        let clock = ManualClock::new(boundary - 1);
+        // Two instances on the same counters (one namespace), one of them
+        // through the proxy.
+        let through_proxy = common::memcached_options(vec![proxy.addr.clone()]);
+        let direct_to_memcached = MemcachedOptions {
+            servers: vec![memcached.addr()],
+            ..through_proxy.clone()
+        };
+        let slow = Arc::new(
+            Limiter::builder(MemcachedStore::connect(&through_proxy).await.unwrap())
+                .clock(clock.clone())
+                .timeout(Duration::from_secs(5))
+                .build(),
+        );
+        let direct = Limiter::builder(MemcachedStore::connect(&direct_to_memcached).await.unwrap())
+            .clock(clock.clone())
+            .build();
+        let api = Arc::new(policy(&[(2, 1_000, 1)]));
+
+        proxy.hold();
+        let in_flight = {
+            let (slow, api) = (slow.clone(), api.clone());
+            tokio::spawn(async move {
+                if together {
+                    let item = Item {
+                        key: "k",
+                        policy: &api,
+                        cost: 2,
+                    };
+                    slow.check_all(&[item]).await.unwrap().remove(0)
+                } else {
+                    slow.check("k", &api, 2).await.unwrap()
+                }
+            })
+        };
+        // The slow check has read `boundary - 1` and is on the wire.
+        proxy.holding_a_request().await;
+        clock.set(boundary);
+        let on_time = direct.check("k", &api, 2).await.unwrap();
+        assert!(on_time.allowed, "the bucket before was empty when read");
+        proxy.release();
+        let late = in_flight.await.unwrap();
+
+        assert!(
+            !late.allowed,
+            "check_all: {together}: both admitted, but at {boundary} the formula counts \
+             the late one in the older bucket: 2 * 999/1000 + 2 > 2"
+        );
+        assert_eq!(
+            late.decided_at_ms, boundary,
+            "decided again after the boundary"
+        );
+        // Its increment of the older bucket was taken back: what the window
+        // holds now is the on-time check alone.
+        let now = direct.peek("k", &api, 1).await.unwrap();
+        assert_eq!(
+            now.limits[0].estimate.as_f64(),
+            2.0,
+            "check_all: {together}"
+        );
+    }
 }
 
 fn limiter_on(

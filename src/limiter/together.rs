@@ -75,11 +75,37 @@ impl<S: Store> Limiter<S> {
         } else {
             Counting::IfAdmitted
         };
-        let groups = groups(items, &decided, counting, now_ms);
-
-        let decisions = match self.decide_groups(items, &groups, counting, false).await {
-            Ok(decisions) => decisions,
-            Err(error) => match self.failure_mode {
+        let mut now_ms = now_ms;
+        let mut attempt = 1;
+        let decisions = loop {
+            let groups = groups(items, &decided, counting, now_ms);
+            let error = match self.decide_groups(items, &groups, counting, false).await {
+                Ok(decisions) => {
+                    let counted = decisions.iter().all(|(_, decision)| decision.counted);
+                    if counted
+                        && attempt < boundary::MOST_ATTEMPTS
+                        && let Some(later_ms) = boundary::crossed(
+                            items.iter().flat_map(|item| item.policy.limits()),
+                            now_ms,
+                            self.clock.now_ms(),
+                        )
+                    {
+                        let batches = groups.iter().filter(|group| !group.batch.adds.is_empty());
+                        join_all(
+                            batches
+                                .map(|group| self.take_back(&group.batch, false))
+                                .collect(),
+                        )
+                        .await;
+                        now_ms = later_ms;
+                        attempt += 1;
+                        continue;
+                    }
+                    break decisions;
+                }
+                Err(error) => error,
+            };
+            break match self.failure_mode {
                 FailureMode::Deny => {
                     self.metrics.decision(Source::Fallback, false);
                     return Err(CheckError::StoreUnavailable(error));
@@ -108,7 +134,7 @@ impl<S: Store> Limiter<S> {
                     .decide_groups(items, &groups, counting, true)
                     .await
                     .map_err(CheckError::StoreUnavailable)?,
-            },
+            };
         };
         for (index, decision) in decisions {
             decided[index] = Some(decision);
@@ -335,6 +361,7 @@ fn refused() -> Decision {
         source: Source::Fallback,
         shadow: false,
         would_allow: false,
+        decided_at_ms: 0,
     }
 }
 

@@ -3,17 +3,28 @@
 //! Bytes sent while an answer is still awaited (a pipelined batch arriving in
 //! pieces) belong to the same round trip. This measures from outside what
 //! the store claims, without trusting its own counters.
+//!
+//! It can also hold requests on the way in, as a slow network would, so a
+//! test can decide what another client does while a request is in flight.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Notify, watch};
 
 pub struct CountingProxy {
     pub addr: String,
     round_trips: Arc<AtomicU64>,
+    hold: Arc<Hold>,
     task: tokio::task::JoinHandle<()>,
+}
+
+/// Whether requests are held, and a signal each time one is.
+struct Hold {
+    holding: watch::Sender<bool>,
+    arrived: Notify,
 }
 
 impl CountingProxy {
@@ -22,6 +33,11 @@ impl CountingProxy {
         let addr = listener.local_addr().unwrap().to_string();
         let round_trips = Arc::new(AtomicU64::new(0));
         let counter = round_trips.clone();
+        let hold = Arc::new(Hold {
+            holding: watch::Sender::new(false),
+            arrived: Notify::new(),
+        });
+        let held = hold.clone();
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let Ok(server) = TcpStream::connect(&upstream).await else {
@@ -29,18 +45,34 @@ impl CountingProxy {
                 };
                 let _ = client.set_nodelay(true);
                 let _ = server.set_nodelay(true);
-                tokio::spawn(relay(client, server, counter.clone()));
+                tokio::spawn(relay(client, server, counter.clone(), held.clone()));
             }
         });
         CountingProxy {
             addr,
             round_trips,
+            hold,
             task,
         }
     }
 
     pub fn round_trips(&self) -> u64 {
         self.round_trips.load(Ordering::SeqCst)
+    }
+
+    /// From now on, keep what clients send until [`release`](Self::release).
+    pub fn hold(&self) {
+        self.hold.holding.send_replace(true);
+    }
+
+    /// Forward what was held, and everything after it.
+    pub fn release(&self) {
+        self.hold.holding.send_replace(false);
+    }
+
+    /// Wait until a request is being held.
+    pub async fn holding_a_request(&self) {
+        self.hold.arrived.notified().await;
     }
 }
 
@@ -50,7 +82,7 @@ impl Drop for CountingProxy {
     }
 }
 
-async fn relay(client: TcpStream, server: TcpStream, round_trips: Arc<AtomicU64>) {
+async fn relay(client: TcpStream, server: TcpStream, round_trips: Arc<AtomicU64>, hold: Arc<Hold>) {
     let (mut client_read, mut client_write) = client.into_split();
     let (mut server_read, mut server_write) = server.into_split();
     let awaiting = Arc::new(AtomicBool::new(false));
@@ -64,6 +96,12 @@ async fn relay(client: TcpStream, server: TcpStream, round_trips: Arc<AtomicU64>
             };
             if !awaiting.swap(true, Ordering::SeqCst) {
                 round_trips.fetch_add(1, Ordering::SeqCst);
+            }
+            if *hold.holding.borrow() {
+                // A stored permit: the waiter may start waiting after this.
+                hold.arrived.notify_one();
+                let mut holding = hold.holding.subscribe();
+                let _ = holding.wait_for(|holding| !holding).await;
             }
             if server_write.write_all(&buffer[..read]).await.is_err() {
                 break;
