@@ -111,13 +111,23 @@ pub fn straddle(scale: f64) -> Trace {
 
 /// Like Cloudflare's sample: 4,000 well-behaved clients, each Poisson
 /// at 5-80 % of the limit, and 40 attackers at 10-100x it, for 25
-/// minutes: about 11.7 million requests.
+/// minutes: about 11.3 million requests.
 pub fn attack(scale: f64) -> Trace {
+    let mut trace = attack_mix(4_000, 40, 0.8, scale);
+    trace.name = "attack".to_owned();
+    trace
+}
+
+/// The attack mix with `well_behaved` clients at 5 % to `ceiling` of the
+/// limit and `attackers` at 10-100x it. Client `n` draws the same uniform
+/// number and seed whatever the ceiling, so mixes that differ only in it
+/// differ only in how fast their well-behaved clients send.
+pub fn attack_mix(well_behaved: u32, attackers: u32, ceiling: f64, scale: f64) -> Trace {
     let mut rng = Rng::new(0xa77ac);
     let mut sources = Vec::new();
-    for client in 0..4_040u32 {
-        let share = if client < 4_000 {
-            rng.between(0.05, 0.8)
+    for client in 0..well_behaved + attackers {
+        let share = if client < well_behaved {
+            rng.between(0.05, ceiling)
         } else {
             rng.between(10.0, 100.0)
         };
@@ -126,9 +136,13 @@ pub fn attack(scale: f64) -> Trace {
         };
         sources.push(Source::new(client, 1, pattern, seed(4, client as usize)));
     }
+    let ceiling = (ceiling * 100.0).round();
     trace(
-        "attack",
-        "4,000 well-behaved clients, each Poisson at 5-80 % of the limit, and 40 attackers at 10-100x it, 25 minutes".to_owned(),
+        &format!("attack-{well_behaved}-{ceiling}"),
+        format!(
+            "{} well-behaved clients, each Poisson at 5-{ceiling} % of the limit, and {attackers} attackers at 10-100x it, 25 minutes",
+            crate::report::thousands(u64::from(well_behaved))
+        ),
         25,
         scale,
         sources,
@@ -145,4 +159,45 @@ pub fn all(scale: f64) -> Vec<Trace> {
     traces.push(straddle(scale));
     traces.push(attack(scale));
     traces
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shares(trace: &Trace) -> Vec<f64> {
+        trace
+            .sources
+            .iter()
+            .map(|source| match source.pattern {
+                Pattern::Poisson { mean_gap_ms } => gap_at(1.0) / mean_gap_ms,
+                _ => panic!("the attack mix is Poisson only"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn attack_mixes_differ_only_in_their_well_behaved_ceiling() {
+        let low = shares(&attack_mix(30, 3, 0.5, 1.0));
+        let high = shares(&attack_mix(30, 3, 0.8, 1.0));
+        for (client, (low, high)) in low.iter().zip(&high).enumerate() {
+            if client < 30 {
+                assert!((0.05..=0.5).contains(low), "{client}: {low}");
+                // The same uniform draw, stretched to the higher ceiling.
+                let expected = 0.05 + (low - 0.05) * (0.8 - 0.05) / (0.5 - 0.05);
+                assert!(
+                    (high - expected).abs() < 1e-9,
+                    "{client}: {high} vs {expected}"
+                );
+            } else {
+                assert_eq!(low, high, "attacker {client}");
+                assert!((10.0..=100.0).contains(low));
+            }
+        }
+        // The published trace is this mix at full size.
+        assert_eq!(
+            shares(&attack(1.0)),
+            shares(&attack_mix(4_000, 40, 0.8, 1.0))
+        );
+    }
 }

@@ -2,7 +2,10 @@
 //! and what it gains over a fixed window: every request of seeded traces
 //! goes through the real `Limiter` (a manual clock, precisions 1, 4, 10),
 //! a fixed window aligned on the epoch, and an exact sliding log, and every
-//! decision is judged. docs/accuracy.md explains the figures.
+//! decision is judged. Then two studies (`studies.rs`): the error by
+//! precision from 1 to 100, and the attack mix by how close its
+//! well-behaved clients come to the limit; they run only with every trace,
+//! on the in-memory store. docs/accuracy.md explains the figures.
 //!
 //!     cargo run --release --example accuracy                   # every trace, in-memory store
 //!     cargo run --release --example accuracy -- --docs         # and rewrite docs/accuracy.md and its plot
@@ -10,13 +13,14 @@
 //!     cargo run --release --example accuracy -- --memcached 127.0.0.1:11211 --scale 0.02
 //!
 //! `--scale` multiplies every trace's duration (1 = the published traces,
-//! about 22 million requests in all, 11.7 million in `attack`).
+//! about 22 million requests in all, 11.3 million in `attack`).
 
 mod catalogue;
 mod judge;
 mod plot;
 mod replay;
 mod report;
+mod studies;
 mod trace;
 
 use std::path::{Path, PathBuf};
@@ -32,6 +36,8 @@ use trace::Trace;
 /// The plot follows this trace's first client over its first 10 minutes.
 const PLOTTED_TRACE: &str = "steady-110";
 const PLOTTED_MS: u64 = 10 * 60_000;
+/// The steady trace (percent of the limit) of the precision study.
+const STUDIED_STEADY: u64 = 100;
 
 struct Args {
     scale: f64,
@@ -126,8 +132,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let summary = report::summary(&outcomes);
     println!("\n{summary}");
+    // The studies run with the full set of traces, on the in-memory store.
+    let studies = if args.traces.is_empty() && args.memcached.is_none() {
+        let steady = catalogue::steady(STUDIED_STEADY, args.scale);
+        let precisions = studies::by_precision(&steady).await?;
+        let mixes = studies::by_ceiling(args.scale).await?;
+        let studies = studies::markdown(&steady.name, &precisions, &mixes);
+        println!("\n{studies}");
+        Some(studies)
+    } else {
+        None
+    };
     if args.docs {
-        write_docs(&outcomes, &samples, &summary)?;
+        write_docs(&outcomes, &samples, &summary, studies.as_deref())?;
     }
     Ok(())
 }
@@ -136,6 +153,7 @@ fn write_docs(
     outcomes: &[Outcome],
     samples: &[Sample],
     summary: &str,
+    studies: Option<&str>,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs");
     let page: PathBuf = docs.join("accuracy.md");
@@ -144,6 +162,9 @@ fn write_docs(
     let tables: String = outcomes.iter().map(report::table).collect();
     document = report::splice(&document, "summary", summary)?;
     document = report::splice(&document, "tables", &tables)?;
+    if let Some(studies) = studies {
+        document = report::splice(&document, "studies", studies)?;
+    }
     std::fs::write(&page, document)?;
     let svg = docs.join("accuracy-steady-110.svg");
     plot::draw(

@@ -58,7 +58,7 @@ pub struct Watch {
     pub until_ms: u64,
 }
 
-fn estimate_before(decision: &Decision, cost: u64) -> f64 {
+pub fn estimate_before(decision: &Decision, cost: u64) -> f64 {
     let after = decision
         .limits
         .first()

@@ -6,7 +6,7 @@ use std::fmt::Write;
 use crate::judge::Tally;
 use crate::replay::{EVERY_REQUEST, LABELS, Outcome};
 
-fn percent(value: f64) -> String {
+pub fn percent(value: f64) -> String {
     if value == 0.0 {
         "0".to_owned()
     } else if value < 0.001 {
