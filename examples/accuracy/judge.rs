@@ -53,6 +53,11 @@ pub struct Tally {
     /// Sum and largest of |estimate - exact| / limit, before each request.
     pub error_sum: f64,
     pub error_max: f64,
+    /// Sum of |estimate - exact| / exact, and how many requests it sums
+    /// (those with a non-empty window): the difference between estimated
+    /// and real rate, as Cloudflare gives it.
+    pub rate_error_sum: f64,
+    pub rate_error_requests: u64,
     /// The largest (admitted cost in a window of length W) - limit.
     pub most_over: i64,
 }
@@ -64,6 +69,10 @@ impl Tally {
 
     pub fn mean_error(&self) -> f64 {
         self.error_sum / self.requests.max(1) as f64
+    }
+
+    pub fn mean_rate_error(&self) -> f64 {
+        self.rate_error_sum / self.rate_error_requests.max(1) as f64
     }
 }
 
@@ -127,6 +136,10 @@ impl Judge {
         let error = (estimate - exact as f64).abs() / self.limit as f64;
         tally.error_sum += error;
         tally.error_max = tally.error_max.max(error);
+        if exact > 0 {
+            tally.rate_error_sum += (estimate - exact as f64).abs() / exact as f64;
+            tally.rate_error_requests += 1;
+        }
         tally.admitted += u64::from(admitted);
         if admitted || self.count_all {
             let log = &mut self.logs[client as usize];

@@ -315,6 +315,14 @@ mod tests {
             "{}",
             every.mean_error()
         );
+        // Against the real rate, over the five requests with a non-empty
+        // window (exact 1, 2, 3, 4, 3): (0.2 / 3 + 1 / 4 + 0.08 / 3) / 5.
+        let rate_error = (0.2 / 3.0 + 1.0 / 4.0 + 0.08 / 3.0) / 5.0;
+        assert!(
+            (every.mean_rate_error() - rate_error).abs() < 1e-9,
+            "{}",
+            every.mean_rate_error()
+        );
 
         // 1100 was rejected from the near-cache, and nothing changed by it.
         assert_eq!(outcome.near_cache_hits, 1);

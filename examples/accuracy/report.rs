@@ -93,11 +93,12 @@ pub fn summary(outcomes: &[Outcome]) -> String {
         let every = &attack.tallies[EVERY_REQUEST];
         let _ = writeln!(
             out,
-            "- Attack mix, precision 1, counting every request (Cloudflare's model, `Limiter::report`): {} of decisions wrong ({} wrongly admitted, {} wrongly rejected); mean error {} of the limit.",
+            "- Attack mix, precision 1, counting every request (Cloudflare's model, `Limiter::report`): {} of decisions wrong ({} wrongly admitted, {} wrongly rejected); mean error {} of the limit, {} of the real rate (Cloudflare: 6 %).",
             percent(wrongly_decided(every)),
             thousands(every.wrongly_admitted),
             thousands(every.wrongly_rejected),
             percent(100.0 * every.mean_error()),
+            percent(100.0 * every.mean_rate_error()),
         );
     }
     let steady: Vec<&Outcome> = outcomes
