@@ -304,6 +304,9 @@ async fn a_check_that_crosses_a_bucket_boundary_in_flight_is_decided_again() {
             late.decided_at_ms, boundary,
             "decided again after the boundary"
         );
+        // Through the proxy: the check, the rollback of its crossing, the
+        // check again, and the rollback of its rejection.
+        assert_eq!(proxy.round_trips(), 4, "check_all: {together}");
         // Its increment of the older bucket was taken back: what the window
         // holds now is the on-time check alone.
         let now = direct.peek("k", &api, 1).await.unwrap();
