@@ -402,10 +402,15 @@ impl<S: Store> Limiter<S> {
                 };
                 self.remember(near_key, policy, &counts, after_rollback, cost, now_ms);
             } else if counting == Counting::IfAdmitted
-                && attempt < boundary::MOST_ATTEMPTS
                 && let Some(later) = boundary::crossed(policy.limits(), now_ms, self.clock.now_ms())
             {
                 self.roll_back(&batch.adds, cost, now_ms).await;
+                if attempt == boundary::MOST_ATTEMPTS {
+                    let error = boundary::too_slow();
+                    return self
+                        .fall_back(error, policy, &layouts, &batch, counting, now_ms)
+                        .await;
+                }
                 now_ms = later;
                 attempt += 1;
                 continue;

@@ -7,9 +7,13 @@
 
 mod common;
 
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use slidegate::{CheckError, Limit, Limiter, ManualClock, Policy, Source, Store};
+use slidegate::{
+    CheckError, Clock, FailureMode, Item, Limit, Limiter, ManualClock, Policy, Source, Store,
+};
 
 macro_rules! behaviour_suite {
     ($($case:ident),* $(,)?) => {
@@ -48,6 +52,7 @@ behaviour_suite!(
     near_cache_answers_hot_rejects_without_the_store,
     concurrent_checks_admit_exactly_the_limit,
     windows_over_thirty_days_keep_their_counts,
+    a_check_whose_bucket_ends_in_flight_is_decided_again,
 );
 
 const MINUTE: u64 = 60_000;
@@ -392,4 +397,81 @@ async fn windows_over_thirty_days_keep_their_counts<S: Store>(store: S) {
     let refused = limiter.check("k", &api, 1).await.unwrap();
     assert!(!refused.allowed, "the counter vanished");
     assert_eq!(refused.source, Source::Store);
+}
+
+/// A clock that answers the given instants in turn, then its last one for
+/// ever: it scripts where each of a check's clock reads falls.
+#[derive(Clone)]
+struct Scripted(Arc<Mutex<VecDeque<u64>>>);
+
+impl Scripted {
+    fn new(instants: &[u64]) -> Scripted {
+        Scripted(Arc::new(Mutex::new(instants.iter().copied().collect())))
+    }
+}
+
+impl Clock for Scripted {
+    fn now_ms(&self) -> u64 {
+        let mut instants = self.0.lock().unwrap();
+        if instants.len() > 1 {
+            instants.pop_front().unwrap()
+        } else {
+            instants[0]
+        }
+    }
+}
+
+/// A check reads the clock before its counters go out and again when they
+/// answer. If the second read is in a later bucket, another instance may
+/// have read the first bucket without this check's increment: the
+/// increment is taken back and the check decided again in the new bucket.
+/// A check that crosses a boundary on each of its 3 attempts is left to the
+/// failure mode, with nothing left counted.
+async fn a_check_whose_bucket_ends_in_flight_is_decided_again<S: Store>(store: S) {
+    let store = Arc::new(store);
+    let start = common::today_ms() + 10_000;
+    let one_per_second = policy("edge", &[limit(1, 1_000, 1)]);
+    let limiter_at = |instants: &[u64]| {
+        Limiter::builder(store.clone())
+            .clock(Scripted::new(instants))
+            .failure_mode(FailureMode::Deny)
+            .timeout(Duration::from_secs(2))
+            .build()
+    };
+
+    for together in [false, true] {
+        let key = if together { "all" } else { "one" };
+        // Read at the last ms of a second; answered in the next one.
+        let limiter = limiter_at(&[start + 999, start + 1_000]);
+        let decision = if together {
+            let item = Item {
+                key,
+                policy: &one_per_second,
+                cost: 1,
+            };
+            limiter.check_all(&[item]).await.unwrap().remove(0)
+        } else {
+            limiter.check(key, &one_per_second, 1).await.unwrap()
+        };
+        assert!(decision.allowed && decision.counted, "{key}");
+        assert_eq!(decision.decided_at_ms, start + 1_000, "{key}");
+        // Counted once, in the new second only: had the first increment
+        // stayed, the older second would weigh it in full (1 + 1).
+        let now = limiter.peek(key, &one_per_second, 1).await.unwrap();
+        assert_eq!(estimates(&now), vec![1.0], "{key}");
+    }
+
+    // Every attempt's answer comes in a later second than its read.
+    let limiter = limiter_at(&[start + 2_999, start + 3_000, start + 4_000, start + 5_000]);
+    match limiter.check("slow", &one_per_second, 1).await {
+        Err(CheckError::StoreUnavailable(error)) => {
+            assert!(error.to_string().contains("3 attempts"), "{error}")
+        }
+        other => panic!("the failure mode (deny) decides: {other:?}"),
+    }
+    // Nothing stayed counted: at 5,000 the second before (the third
+    // attempt's) and this one are empty, so a check is admitted alone.
+    let after = limiter.check("slow", &one_per_second, 1).await.unwrap();
+    assert!(after.allowed);
+    assert_eq!(estimates(&after), vec![1.0]);
 }

@@ -19,14 +19,23 @@
 //!
 //! This needs one clock for all instances, or clocks that agree (the
 //! `memcached` clock source); a skew between instances is a window for the
-//! same race. A check that crosses a boundary again on its last attempt is
-//! admitted as decided: by then the store takes about a sub-bucket per
-//! round trip, and retrying more would only add load to a store that slow.
+//! same race. A check that crosses a boundary on every attempt meets a
+//! store slower than a sub-bucket, which cannot back exact decisions: it
+//! is decided by the failure mode, as a store that timed out would be,
+//! rather than admitted beyond the formula or retried without end.
 
 use crate::policy::Limit;
+use crate::store::StoreError;
 
 /// Attempts per check: the first, and two more for boundaries crossed.
 pub(super) const MOST_ATTEMPTS: u32 = 3;
+
+/// The failure of a check that crossed a boundary on every attempt.
+pub(super) fn too_slow() -> StoreError {
+    StoreError::Overloaded(format!(
+        "each of {MOST_ATTEMPTS} attempts took the store longer than a bucket boundary allowed"
+    ))
+}
 
 /// `Some(now_ms)` if, for any of `limits`, `now_ms` is no longer in the
 /// sub-bucket that a decision at `decided_at_ms` counted in.

@@ -83,7 +83,6 @@ impl<S: Store> Limiter<S> {
                 Ok(decisions) => {
                     let counted = decisions.iter().all(|(_, decision)| decision.counted);
                     if counted
-                        && attempt < boundary::MOST_ATTEMPTS
                         && let Some(later_ms) = boundary::crossed(
                             items.iter().flat_map(|item| item.policy.limits()),
                             now_ms,
@@ -97,11 +96,16 @@ impl<S: Store> Limiter<S> {
                                 .collect(),
                         )
                         .await;
-                        now_ms = later_ms;
-                        attempt += 1;
-                        continue;
+                        if attempt == boundary::MOST_ATTEMPTS {
+                            boundary::too_slow()
+                        } else {
+                            now_ms = later_ms;
+                            attempt += 1;
+                            continue;
+                        }
+                    } else {
+                        break decisions;
                     }
-                    break decisions;
                 }
                 Err(error) => error,
             };
