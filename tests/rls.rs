@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use slidegate::config::AuthConfig;
+use slidegate::config::{ApiTokens, AuthConfig, ServerGuard};
 use slidegate::server::rls::pb::envoy::extensions::common::ratelimit::v3::{
     RateLimitDescriptor, rate_limit_descriptor::Entry,
 };
@@ -80,6 +80,10 @@ impl Drop for TestRls {
 
 impl TestRls {
     async fn start(store: AnyStore, config: &str) -> TestRls {
+        TestRls::start_guarded(store, config, ServerGuard::default()).await
+    }
+
+    async fn start_guarded(store: AnyStore, config: &str, guard: ServerGuard) -> TestRls {
         // Mid-minute, so no window boundary falls inside a test.
         let clock = ManualClock::new(common::today_ms() + 30_000);
         let limiter = Limiter::builder(store)
@@ -88,7 +92,11 @@ impl TestRls {
             .build();
         let mut rules = RuleSet::default();
         rules.add_file("test.yaml", config).unwrap();
-        let app = Arc::new(App::new(limiter, [], AuthConfig::default()).with_rls(Rls::new(rules)));
+        let app = Arc::new(
+            App::new(limiter, [], AuthConfig::default())
+                .with_guard(guard)
+                .with_rls(Rls::new(rules)),
+        );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
@@ -513,6 +521,52 @@ async fn bad_requests_are_invalid_argument_naming_the_field() {
         ])],
     );
     assert_eq!(codes(&mut client, odd).await.0, Code::Ok);
+}
+
+/// With API tokens set, the gRPC face needs one as the HTTP API does, as
+/// `authorization: Bearer <token>` metadata (Envoy: `initial_metadata` of
+/// its `grpc_service`): UNAUTHENTICATED otherwise, counting nothing.
+#[tokio::test]
+async fn with_api_tokens_a_call_needs_one() {
+    const TOKEN: &str = "rls-token-0123456789abcdef";
+    let guard = ServerGuard {
+        api_tokens: ApiTokens::new([TOKEN]).unwrap(),
+        ..ServerGuard::default()
+    };
+    let rls = TestRls::start_guarded(memory(), CONFIG, guard).await;
+    let mut client = rls.client().await;
+    let one = || request("test", vec![descriptor(&[("five", "x")])]);
+    let with = |authorization: &str| {
+        let mut call = tonic::Request::new(one());
+        call.metadata_mut()
+            .insert("authorization", authorization.parse().unwrap());
+        call
+    };
+
+    let missing = client.should_rate_limit(one()).await.unwrap_err();
+    let wrong = client
+        .should_rate_limit(with("Bearer not-the-token-0123456789"))
+        .await
+        .unwrap_err();
+    for (status, says) in [(&missing, "required"), (&wrong, "not valid")] {
+        assert_eq!(status.code(), tonic::Code::Unauthenticated);
+        assert!(
+            status.message().starts_with("authorization: ") && status.message().contains(says),
+            "{}",
+            status.message()
+        );
+        assert!(!status.message().contains("not-the-token"), "never echoed");
+    }
+    // Refused calls counted nothing: the limit of 5 is all there.
+    for call in 0..6 {
+        let response = client
+            .should_rate_limit(with(&format!("Bearer {TOKEN}")))
+            .await
+            .unwrap()
+            .into_inner();
+        let expected = if call < 5 { Code::Ok } else { Code::OverLimit };
+        assert_eq!(response.overall_code(), expected, "call {call}");
+    }
 }
 
 /// 100 concurrent calls on one descriptor with a limit of 5, from 4 HTTP/2

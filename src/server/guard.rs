@@ -69,10 +69,6 @@ impl Guard {
     /// The 401 for a request that needs a token and has no valid one;
     /// `None` lets it through. No allocation when it passes.
     pub(crate) fn refuse<B>(&self, request: &Request<B>) -> Option<Response<Body>> {
-        let tokens = &self.settings.api_tokens;
-        if tokens.is_empty() {
-            return None;
-        }
         let needs_token = match request.uri().path() {
             "/v1/check" | "/v1/peek" | "/v1/report" | "/v1/auth" => true,
             "/metrics" => self.settings.metrics_need_token,
@@ -81,25 +77,34 @@ impl Guard {
         if !needs_token {
             return None;
         }
-        let presented = request
-            .headers()
-            .get(AUTHORIZATION)
-            .and_then(|value| bearer_token(value.as_bytes()));
-        if presented.is_some_and(|token| tokens.accepts(token)) {
-            return None;
-        }
-        self.unauthorized.fetch_add(1, Ordering::Relaxed);
-        let message = if presented.is_some() {
-            "authorization: the bearer token is not valid"
-        } else {
-            "authorization: required: send Authorization: Bearer <token>"
-        };
+        let authorization = request.headers().get(AUTHORIZATION);
+        let message = self.token_refusal(authorization.map(HeaderValue::as_bytes))?;
         let mut response = api::error(StatusCode::UNAUTHORIZED, message);
         response.headers_mut().insert(
             WWW_AUTHENTICATE,
             HeaderValue::from_static("Bearer realm=\"slidegate\""),
         );
         Some(response)
+    }
+
+    /// Why a call that needs a token is refused, given its `authorization`
+    /// value (an HTTP header or gRPC metadata): `None` when no tokens are
+    /// set or it carries a valid one. A refusal is counted.
+    pub(crate) fn token_refusal(&self, authorization: Option<&[u8]>) -> Option<&'static str> {
+        let tokens = &self.settings.api_tokens;
+        if tokens.is_empty() {
+            return None;
+        }
+        let presented = authorization.and_then(bearer_token);
+        if presented.is_some_and(|token| tokens.accepts(token)) {
+            return None;
+        }
+        self.unauthorized.fetch_add(1, Ordering::Relaxed);
+        Some(if presented.is_some() {
+            "authorization: the bearer token is not valid"
+        } else {
+            "authorization: required: send Authorization: Bearer <token>"
+        })
     }
 }
 
@@ -130,7 +135,7 @@ pub(crate) fn snapshot(app: &App) -> Vec<Figure> {
         ),
         Figure::counter(
             "slidegate_unauthorized",
-            "Requests refused with 401 for want of a valid API token.",
+            "Requests refused (HTTP 401, gRPC UNAUTHENTICATED) for want of a valid API token.",
             guard.unauthorized.load(Ordering::Relaxed),
         ),
         Figure::counter(
