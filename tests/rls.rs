@@ -569,6 +569,72 @@ async fn with_api_tokens_a_call_needs_one() {
     }
 }
 
+/// The RLS listener takes its connections under the server's cap: past
+/// `max_connections`, a new connection is closed at once (counted), and the
+/// ones held keep being answered; when one ends, its place is free again.
+#[tokio::test]
+async fn connections_past_the_cap_are_closed_at_once() {
+    let guard = ServerGuard {
+        max_connections: 2,
+        ..ServerGuard::default()
+    };
+    let rls = TestRls::start_guarded(memory(), CONFIG, guard).await;
+    let one = || request("test", vec![descriptor(&[("five", "x")])]);
+    let mut held = vec![rls.client().await, rls.client().await];
+    for client in &mut held {
+        assert_eq!(ask(client, one()).await.overall_code(), Code::Ok);
+    }
+
+    // A third connection: refused, whether at connect or at its first call.
+    let third = Channel::from_shared(format!("http://{}", rls.addr))
+        .unwrap()
+        .connect_timeout(Duration::from_secs(2))
+        .timeout(Duration::from_secs(2))
+        .connect()
+        .await;
+    if let Ok(channel) = third {
+        let mut client = RateLimitServiceClient::new(channel);
+        let status = client.should_rate_limit(one()).await.unwrap_err();
+        // The connection closed under the call: tonic says Cancelled or
+        // Unavailable, depending on when it noticed.
+        assert!(
+            matches!(
+                status.code(),
+                tonic::Code::Cancelled | tonic::Code::Unavailable
+            ),
+            "{status}"
+        );
+    }
+    assert!(rls.app.refused_connections() >= 1);
+    // The held ones are still answered.
+    assert_eq!(ask(&mut held[1], one()).await.overall_code(), Code::Ok);
+
+    // One ends: a new connection gets its place (once the server has seen
+    // the end, which takes a moment).
+    held.remove(0);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let channel = Channel::from_shared(format!("http://{}", rls.addr))
+            .unwrap()
+            .timeout(Duration::from_secs(2))
+            .connect()
+            .await;
+        if let Ok(channel) = channel
+            && let Ok(response) = RateLimitServiceClient::new(channel)
+                .should_rate_limit(one())
+                .await
+        {
+            assert_eq!(response.into_inner().overall_code(), Code::Ok);
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no place freed within 5 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// 100 concurrent calls on one descriptor with a limit of 5, from 4 HTTP/2
 /// connections, on a real memcached: exactly 5 pass. Then the near-cache
 /// answers the hot key without the store.

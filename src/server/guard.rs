@@ -1,11 +1,14 @@
 //! What guards the listener: the connection cap, the API token, and the
 //! counters they keep, read into /metrics by [`snapshot`].
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
 
 use hyper::header::{AUTHORIZATION, HeaderValue, WWW_AUTHENTICATE};
 use hyper::{Request, Response, StatusCode};
+use tokio::net::{TcpListener, TcpStream};
 
 use super::App;
 use super::api::{self, Body};
@@ -14,6 +17,9 @@ use crate::config::ServerGuard;
 use crate::store::AnyStore;
 #[cfg(feature = "memcached")]
 use crate::store::MemcachedClock;
+
+/// The pause after a failed accept.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
 pub(crate) struct Guard {
     settings: ServerGuard,
@@ -49,16 +55,43 @@ impl Guard {
         }
     }
 
-    /// A place for a new connection, or `None` (counted) past the cap. Only
-    /// the accept loop takes places, so the check and the increment need
-    /// not be one atomic step.
+    /// A place for a new connection, or `None` (counted) past the cap. One
+    /// atomic step: the HTTP and the RLS listeners take places from the
+    /// same cap.
     pub(crate) fn admit(&self) -> Option<Permit> {
-        if self.open.load(Ordering::Relaxed) >= self.settings.max_connections {
+        let max = self.settings.max_connections;
+        let taken = self
+            .open
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |open| {
+                (open < max).then_some(open + 1)
+            });
+        if taken.is_err() {
             self.refused.fetch_add(1, Ordering::Relaxed);
             return None;
         }
-        self.open.fetch_add(1, Ordering::Relaxed);
         Some(Permit(self.open.clone()))
+    }
+
+    /// The next connection `listener` accepts under the cap, with its
+    /// place. Past the cap a connection is closed at once (counted): it
+    /// costs nothing more, and the ones being served keep their memory and
+    /// their speed. A failed accept (out of file descriptors, say) backs
+    /// off instead of spinning.
+    pub(crate) async fn accept(&self, listener: &TcpListener) -> (TcpStream, SocketAddr, Permit) {
+        loop {
+            match listener.accept().await {
+                Ok((stream, peer)) => {
+                    if let Some(permit) = self.admit() {
+                        let _ = stream.set_nodelay(true);
+                        return (stream, peer, permit);
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "accept failed");
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                }
+            }
+        }
     }
 
     /// Connections closed at once because the cap was reached.
@@ -125,12 +158,12 @@ pub(crate) fn snapshot(app: &App) -> Vec<Figure> {
     let mut figures = vec![
         Figure::gauge(
             "slidegate_connections_open",
-            "HTTP connections being served.",
+            "Connections being served (HTTP and RLS).",
             guard.open.load(Ordering::Relaxed) as u64,
         ),
         Figure::counter(
             "slidegate_connections_refused",
-            "HTTP connections closed at once because max_connections were open.",
+            "Connections (HTTP and RLS) closed at once because max_connections were open.",
             guard.refused_connections(),
         ),
         Figure::counter(

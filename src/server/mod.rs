@@ -227,25 +227,10 @@ pub async fn serve(
     let graceful = GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(error) => {
-                    // Out of file descriptors, say: back off instead of spinning.
-                    tracing::warn!(%error, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
+        let (stream, peer, permit) = tokio::select! {
+            accepted = app.guard.accept(&listener) => accepted,
             () = &mut shutdown => break,
         };
-        // Past the cap, close at once: the connection costs nothing more,
-        // and the ones being served keep their memory and their speed.
-        let Some(permit) = app.guard.admit() else {
-            drop(stream);
-            continue;
-        };
-        let _ = stream.set_nodelay(true);
         let app = app.clone();
         let service = service_fn(move |request| {
             let app = app.clone();

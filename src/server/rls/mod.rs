@@ -8,7 +8,9 @@
 //! | `rules` | the YAML files, compiled to a tree per domain; the descriptor lookup |
 //! | `service` | the gRPC service: descriptors to limiter items, decisions to statuses |
 //! | `metrics` | counters per domain and rule, bounded by the configuration |
+//! | `capped` | the listener's connections, under the server's connection cap |
 
+mod capped;
 mod metrics;
 mod rules;
 mod service;
@@ -139,14 +141,11 @@ async fn serve_with(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), tonic::transport::Error> {
     use pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
+    let incoming = capped::incoming(listener, app.clone());
     let service = RlsService { app, rls };
     tonic::transport::Server::builder()
-        .tcp_nodelay(true)
         .add_service(RateLimitServiceServer::new(service))
-        .serve_with_incoming_shutdown(
-            tonic::transport::server::TcpIncoming::from(listener),
-            shutdown,
-        )
+        .serve_with_incoming_shutdown(incoming, shutdown)
         .await
 }
 
