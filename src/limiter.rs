@@ -402,18 +402,22 @@ impl<S: Store> Limiter<S> {
                 };
                 self.remember(near_key, policy, &counts, after_rollback, cost, now_ms);
             } else if counting == Counting::IfAdmitted
-                && let Some(later) = boundary::crossed(policy.limits(), now_ms, self.clock.now_ms())
+                && let Some(next) =
+                    boundary::recheck(policy.limits(), now_ms, self.clock.now_ms(), attempt)
             {
                 self.roll_back(&batch.adds, cost, now_ms).await;
-                if attempt == boundary::MOST_ATTEMPTS {
-                    let error = boundary::too_slow();
-                    return self
-                        .fall_back(error, policy, &layouts, &batch, counting, now_ms)
-                        .await;
+                match next {
+                    Ok(later_ms) => {
+                        now_ms = later_ms;
+                        attempt += 1;
+                        continue;
+                    }
+                    Err(error) => {
+                        return self
+                            .fall_back(error, policy, &layouts, &batch, counting, now_ms)
+                            .await;
+                    }
                 }
-                now_ms = later;
-                attempt += 1;
-                continue;
             }
             return Ok(self.done(Decision::new(verdict, Source::Store)));
         }

@@ -28,18 +28,32 @@ use crate::policy::Limit;
 use crate::store::StoreError;
 
 /// Attempts per check: the first, and two more for boundaries crossed.
-pub(super) const MOST_ATTEMPTS: u32 = 3;
+const MOST_ATTEMPTS: u32 = 3;
 
-/// The failure of a check that crossed a boundary on every attempt.
-pub(super) fn too_slow() -> StoreError {
-    StoreError::Overloaded(format!(
-        "each of {MOST_ATTEMPTS} attempts took the store longer than a bucket boundary allowed"
-    ))
+/// Whether the admission of attempt number `attempt` (from 1), decided at
+/// `decided_at_ms` under `limits`, stands now that the clock reads
+/// `now_ms`: `None` if it does. Otherwise its increments must be taken
+/// back, and then the check decided again at `Ok(instant)`, or, after its
+/// last attempt, left to the failure mode with `Err`.
+pub(super) fn recheck<'a>(
+    limits: impl IntoIterator<Item = &'a Limit>,
+    decided_at_ms: u64,
+    now_ms: u64,
+    attempt: u32,
+) -> Option<Result<u64, StoreError>> {
+    let later_ms = crossed(limits, decided_at_ms, now_ms)?;
+    Some(if attempt < MOST_ATTEMPTS {
+        Ok(later_ms)
+    } else {
+        Err(StoreError::Overloaded(format!(
+            "each of {MOST_ATTEMPTS} attempts took the store longer than a bucket boundary allowed"
+        )))
+    })
 }
 
 /// `Some(now_ms)` if, for any of `limits`, `now_ms` is no longer in the
 /// sub-bucket that a decision at `decided_at_ms` counted in.
-pub(super) fn crossed<'a>(
+fn crossed<'a>(
     limits: impl IntoIterator<Item = &'a Limit>,
     decided_at_ms: u64,
     now_ms: u64,
@@ -73,5 +87,21 @@ mod tests {
         assert_eq!(crossed([&minute_by_tenths], 12_000, 17_999), None);
         // A clock set back is a crossing too: the bucket differs.
         assert_eq!(crossed([&second], 13_000, 12_999), Some(12_999));
+    }
+
+    #[test]
+    fn a_crossing_is_decided_again_until_the_last_attempt() {
+        let second = Limit::new(10, 1_000, 1).unwrap();
+        assert!(recheck([&second], 12_000, 12_999, 1).is_none());
+        assert_eq!(
+            recheck([&second], 12_999, 13_000, 1).unwrap().ok(),
+            Some(13_000)
+        );
+        assert_eq!(
+            recheck([&second], 13_999, 14_000, 2).unwrap().ok(),
+            Some(14_000)
+        );
+        let error = recheck([&second], 14_999, 15_000, 3).unwrap().unwrap_err();
+        assert!(error.to_string().contains("3 attempts"), "{error}");
     }
 }

@@ -46,7 +46,7 @@ impl<S: Store> Limiter<S> {
         for item in items {
             validate(item.key, item.cost)?;
         }
-        let now_ms = self.clock.now_ms();
+        let mut now_ms = self.clock.now_ms();
         let near_keys: Vec<NearKey> = items
             .iter()
             .map(|item| NearKey::new(KeyDigest::of(item.policy.scope(), item.key), item.policy))
@@ -75,36 +75,35 @@ impl<S: Store> Limiter<S> {
         } else {
             Counting::IfAdmitted
         };
-        let mut now_ms = now_ms;
         let mut attempt = 1;
         let decisions = loop {
             let groups = groups(items, &decided, counting, now_ms);
             let error = match self.decide_groups(items, &groups, counting, false).await {
                 Ok(decisions) => {
                     let counted = decisions.iter().all(|(_, decision)| decision.counted);
-                    if counted
-                        && let Some(later_ms) = boundary::crossed(
-                            items.iter().flat_map(|item| item.policy.limits()),
-                            now_ms,
-                            self.clock.now_ms(),
-                        )
-                    {
-                        let batches = groups.iter().filter(|group| !group.batch.adds.is_empty());
-                        join_all(
-                            batches
-                                .map(|group| self.take_back(&group.batch, false))
-                                .collect(),
-                        )
-                        .await;
-                        if attempt == boundary::MOST_ATTEMPTS {
-                            boundary::too_slow()
-                        } else {
+                    let limits = items.iter().flat_map(|item| item.policy.limits());
+                    let next = if counted {
+                        boundary::recheck(limits, now_ms, self.clock.now_ms(), attempt)
+                    } else {
+                        None
+                    };
+                    let Some(next) = next else {
+                        break decisions;
+                    };
+                    let batches = groups.iter().filter(|group| !group.batch.adds.is_empty());
+                    join_all(
+                        batches
+                            .map(|group| self.take_back(&group.batch, false))
+                            .collect(),
+                    )
+                    .await;
+                    match next {
+                        Ok(later_ms) => {
                             now_ms = later_ms;
                             attempt += 1;
                             continue;
                         }
-                    } else {
-                        break decisions;
+                        Err(error) => error,
                     }
                 }
                 Err(error) => error,
