@@ -5,10 +5,12 @@
 //! the store claims, without trusting its own counters.
 //!
 //! It can also hold requests on the way in, as a slow network would, so a
-//! test can decide what another client does while a request is in flight.
+//! test can decide what another client does while a request is in flight;
+//! and it can cut every connection and let new ones in one at a time, as a
+//! node that comes back while a client's connections redial would.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -18,7 +20,17 @@ pub struct CountingProxy {
     pub addr: String,
     round_trips: Arc<AtomicU64>,
     hold: Arc<Hold>,
+    gate: Arc<Gate>,
     task: tokio::task::JoinHandle<()>,
+}
+
+/// Which connections may pass: new ones while `admissions` lasts, old ones
+/// until the next cut.
+struct Gate {
+    /// New connections still let through (`usize::MAX`: all of them).
+    admissions: AtomicUsize,
+    /// Bumped by each cut; a relay ends when it changes.
+    cuts: watch::Sender<u64>,
 }
 
 /// Whether requests are held, and a signal each time one is.
@@ -38,22 +50,60 @@ impl CountingProxy {
             arrived: Notify::new(),
         });
         let held = hold.clone();
+        let gate = Arc::new(Gate {
+            admissions: AtomicUsize::new(usize::MAX),
+            cuts: watch::Sender::new(0),
+        });
+        let gated = gate.clone();
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
+                // Before admission: a cut while this one dials upstream ends it.
+                let cut = gated.cuts.subscribe();
+                let admitted = gated
+                    .admissions
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| match left {
+                        usize::MAX => Some(usize::MAX),
+                        0 => None,
+                        left => Some(left - 1),
+                    })
+                    .is_ok();
+                if !admitted {
+                    // Accepted and closed at once: the client sees EOF.
+                    continue;
+                }
                 let Ok(server) = TcpStream::connect(&upstream).await else {
                     continue;
                 };
                 let _ = client.set_nodelay(true);
                 let _ = server.set_nodelay(true);
-                tokio::spawn(relay(client, server, counter.clone(), held.clone()));
+                tokio::spawn(relay(client, server, counter.clone(), held.clone(), cut));
             }
         });
         CountingProxy {
             addr,
             round_trips,
             hold,
+            gate,
             task,
         }
+    }
+
+    /// Close every connection now, and refuse new ones (accepted and closed
+    /// at once) until [`let_in`](Self::let_in) or [`open`](Self::open).
+    pub fn cut(&self) {
+        self.gate.admissions.store(0, Ordering::SeqCst);
+        self.gate.cuts.send_modify(|cuts| *cuts += 1);
+    }
+
+    /// Let the next `connections` new connections through, and refuse the
+    /// ones after them.
+    pub fn let_in(&self, connections: usize) {
+        self.gate.admissions.store(connections, Ordering::SeqCst);
+    }
+
+    /// Let every new connection through again.
+    pub fn open(&self) {
+        self.gate.admissions.store(usize::MAX, Ordering::SeqCst);
     }
 
     pub fn round_trips(&self) -> u64 {
@@ -82,7 +132,13 @@ impl Drop for CountingProxy {
     }
 }
 
-async fn relay(client: TcpStream, server: TcpStream, round_trips: Arc<AtomicU64>, hold: Arc<Hold>) {
+async fn relay(
+    client: TcpStream,
+    server: TcpStream,
+    round_trips: Arc<AtomicU64>,
+    hold: Arc<Hold>,
+    mut cut: watch::Receiver<u64>,
+) {
     let (mut client_read, mut client_write) = client.into_split();
     let (mut server_read, mut server_write) = server.into_split();
     let awaiting = Arc::new(AtomicBool::new(false));
@@ -125,5 +181,9 @@ async fn relay(client: TcpStream, server: TcpStream, round_trips: Arc<AtomicU64>
         }
         let _ = client_write.shutdown().await;
     };
-    tokio::join!(upstream, downstream);
+    // Dropping both halves closes both sockets.
+    tokio::select! {
+        _ = async { tokio::join!(upstream, downstream) } => {}
+        _ = cut.changed() => {}
+    }
 }
