@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::Memcached;
+use common::proxy::CountingProxy;
 use slidegate::store::KeyDigest;
 use slidegate::{Limit, Limiter, MemcachedStore, Policy, Source};
 
@@ -102,5 +103,59 @@ async fn a_lost_node_costs_only_its_own_keys() {
     );
     for (key, decision) in check_all().await {
         assert_eq!(decision.source, Source::Store, "{key}");
+    }
+}
+
+/// A node that comes back is used on the first of its connections that is
+/// up again. The others may still be waiting out their redial backoff (in
+/// CI a restart once fell between two connections' dials): a check must not
+/// fail on one of those while a live connection to the same node works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_returned_node_is_used_on_its_first_live_connection() {
+    let memcached = Memcached::start();
+    let proxy = CountingProxy::start(memcached.addr()).await;
+    let mut options = common::memcached_options(vec![proxy.addr.clone()]);
+    options.timeout = Duration::from_millis(200);
+    options.connections = 4;
+    let store = Arc::new(MemcachedStore::connect(&options).await.unwrap());
+    let limiter = Limiter::builder(store.clone()).build();
+    let policy = Policy::new("back", vec![Limit::new(1_000_000, 3_600_000, 1).unwrap()]).unwrap();
+    let live = || store.topology().nodes[0].1;
+    wait_for("4 connections up", || live() == 4).await;
+
+    // The node goes away; the connections redial with growing backoff.
+    proxy.cut();
+    wait_for("every connection down", || live() == 0).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        limiter.check("k", &policy, 1).await.unwrap().source,
+        Source::Fallback
+    );
+
+    // It comes back while one connection redials; the other three dial
+    // into the refusal and back off again.
+    proxy.let_in(1);
+    wait_for("one connection up", || live() == 1).await;
+    // Past the refused connections' brief moment up, into their backoff.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(live(), 1);
+    proxy.open();
+    for attempt in 0..40 {
+        let decision = limiter.check("k", &policy, 1).await.unwrap();
+        assert_eq!(
+            decision.source,
+            Source::Store,
+            "check {attempt} after the node came back, {} of 4 connections up",
+            live()
+        );
+    }
+}
+
+/// Poll `done` every millisecond for up to 10 s.
+async fn wait_for(what: &str, done: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(Instant::now() < deadline, "waited 10 s for {what}");
+        tokio::time::sleep(Duration::from_millis(1)).await;
     }
 }

@@ -23,7 +23,7 @@
 //!   unknown), and the connection is dialled again with backoff.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -149,24 +149,27 @@ pub struct Target {
 /// The connections of one node.
 pub struct Node {
     queues: Box<[mpsc::Sender<Request>]>,
+    /// Whether each connection is up now, by the index of its queue.
+    up: Arc<[AtomicBool]>,
     next: AtomicUsize,
-    live: Arc<AtomicUsize>,
 }
 
 impl Node {
     /// Start `settings.connections` connections to `target`, dialled now
     /// and redialled whenever they drop, until the node is dropped.
     pub fn spawn(target: Target, settings: Arc<Settings>, dialer: Arc<Dialer>) -> Node {
-        let live = Arc::new(AtomicUsize::new(0));
-        let queues = (0..settings.connections.max(1))
-            .map(|_| {
+        let connections = settings.connections.max(1);
+        let up: Arc<[AtomicBool]> = (0..connections).map(|_| AtomicBool::new(false)).collect();
+        let queues = (0..connections)
+            .map(|index| {
                 let (sender, receiver) = mpsc::channel(settings.queue_depth.max(1));
                 tokio::spawn(supervise(
                     Slot {
                         target: target.clone(),
                         settings: settings.clone(),
                         dialer: dialer.clone(),
-                        live: live.clone(),
+                        up: up.clone(),
+                        index,
                     },
                     receiver,
                     sender.downgrade(),
@@ -176,14 +179,30 @@ impl Node {
             .collect();
         Node {
             queues,
+            up,
             next: AtomicUsize::new(0),
-            live,
         }
     }
 
     /// Connections of this node that are up now.
     pub fn live_connections(&self) -> usize {
-        self.live.load(Ordering::Relaxed)
+        self.up
+            .iter()
+            .filter(|up| up.load(Ordering::Relaxed))
+            .count()
+    }
+
+    /// The next connection in turn that is up. Connections redial on their
+    /// own backoff, so when a node returns some are up before the others:
+    /// a request handed to one still waiting out its backoff would fail
+    /// while its node answers. With none up, the next in turn fails it.
+    fn pick(&self) -> usize {
+        let count = self.queues.len();
+        let first = self.next.fetch_add(1, Ordering::Relaxed);
+        (0..count)
+            .map(|step| first.wrapping_add(step) % count)
+            .find(|&index| self.up[index].load(Ordering::Relaxed))
+            .unwrap_or(first % count)
     }
 
     /// Send `commands` and wait for their replies, in order.
@@ -192,7 +211,7 @@ impl Node {
         commands: Commands,
         delivery: Delivery,
     ) -> Result<Replies, StoreError> {
-        let index = self.next.fetch_add(1, Ordering::Relaxed) % self.queues.len();
+        let index = self.pick();
         let (reply, receiver) = oneshot::channel();
         let request = Request {
             commands,
@@ -267,17 +286,19 @@ impl Shared {
     }
 }
 
-/// One connection slot: dial, serve until the connection drops, fail what
-/// was pending, back off, dial again; until the node is dropped.
 /// What one connection slot of a node works with.
 struct Slot {
     target: Target,
     settings: Arc<Settings>,
     dialer: Arc<Dialer>,
-    /// The node's count of connections that are up.
-    live: Arc<AtomicUsize>,
+    /// Whether each of the node's connections is up; this slot's is at
+    /// `index`.
+    up: Arc<[AtomicBool]>,
+    index: usize,
 }
 
+/// One connection slot: dial, serve until the connection drops, fail what
+/// was pending, back off, dial again; until the node is dropped.
 async fn supervise(
     slot: Slot,
     mut queue: mpsc::Receiver<Request>,
@@ -303,9 +324,9 @@ async fn supervise(
         };
         let connected_at = Instant::now();
         tracing::debug!(%addr, "connected to memcached");
-        slot.live.fetch_add(1, Ordering::Relaxed);
+        slot.up[slot.index].store(true, Ordering::Relaxed);
         let (end, returned) = serve(stream, queue, &slot.settings, requeue.clone()).await;
-        slot.live.fetch_sub(1, Ordering::Relaxed);
+        slot.up[slot.index].store(false, Ordering::Relaxed);
         let Some(returned) = returned else {
             return;
         };
