@@ -413,6 +413,7 @@ impl<S: Store> Limiter<S> {
                         continue;
                     }
                     Err(error) => {
+                        self.metrics.store_error(&error);
                         return self
                             .fall_back(error, policy, &layouts, &batch, counting, now_ms)
                             .await;

@@ -84,7 +84,9 @@ pub enum ErrorKind {
     refused,
     /// An unexpected answer, or a connection lost mid-request.
     protocol,
-    /// Too many requests already waiting: refused without being sent.
+    /// Too many requests already waiting: refused without being sent. Or
+    /// a store slower than a sub-bucket: each attempt of a check crossed a
+    /// bucket boundary.
     overloaded,
 }
 
@@ -314,8 +316,14 @@ impl Metrics {
         self.store_calls.inc();
         self.store_duration.observe(took.as_secs_f64());
         if let Some(error) = error {
-            self.store_errors_by_kind[ErrorKind::of(error) as usize].inc();
+            self.store_error(error);
         }
+    }
+
+    /// A store failure that is not one call's: a store too slow to decide
+    /// with (every attempt of a check crossed a bucket boundary).
+    pub(crate) fn store_error(&self, error: &StoreError) {
+        self.store_errors_by_kind[ErrorKind::of(error) as usize].inc();
     }
 
     pub(crate) fn rollback_failure(&self) {

@@ -103,7 +103,10 @@ impl<S: Store> Limiter<S> {
                             attempt += 1;
                             continue;
                         }
-                        Err(error) => error,
+                        Err(error) => {
+                            self.metrics.store_error(&error);
+                            error
+                        }
                     }
                 }
                 Err(error) => error,
