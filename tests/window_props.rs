@@ -33,7 +33,8 @@ impl Reference {
                 let weight = if age < precision {
                     bucket_ms
                 } else if age == precision {
-                    bucket_ms - elapsed
+                    // Its milliseconds in (now - W, now].
+                    bucket_ms - 1 - elapsed
                 } else {
                     0
                 };
