@@ -10,9 +10,6 @@
 //! estimate = previous * (1 - elapsed fraction of the current bucket) + current
 //! ```
 //!
-//! The fraction is taken at the end of the check's millisecond, so the
-//! previous bucket weighs exactly its share of the window's milliseconds.
-//!
 //! A request of cost `c` is admitted when `estimate + c <= limit`, and only
 //! admitted requests are counted. An admitted check costs one Memcached round
 //! trip; rejects of a hot key are answered from a near-cache with none.

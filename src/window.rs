@@ -5,22 +5,11 @@
 //! current sub-bucket `b = t / w` (with `w = window / k`) and the `k` before
 //! it. In this module they are a slice ordered oldest first:
 //! `counts[0]` is bucket `b - k`, `counts[k]` is bucket `b`. The oldest one
-//! is weighted by `1 - f`, the others count in full:
+//! is weighted by `1 - f`, with `f = (t mod w) / w`, the others count in full:
 //!
 //! ```text
 //! estimate = counts[0] * (1 - f) + counts[1] + ... + counts[k]
 //! ```
-//!
-//! `f = (t mod w + 1) / w` is the elapsed fraction of the current
-//! sub-bucket at the *end* of millisecond `t`, so `1 - f` is exactly the
-//! share of the oldest sub-bucket's milliseconds that lie in the window
-//! `(t - W, t]`: `w - 1 - (t mod w)` of its `w`. DESIGN.md writes
-//! `f = (t mod w) / w`, which also counts millisecond `t - W`, outside the
-//! window. That one millisecond matters only at the limit, where it
-//! decides everything: in the last millisecond of a sub-bucket the oldest
-//! kept `count / w`, so the last unit of the limit never fitted, and a
-//! client that kept asking was admitted `limit - 1` per window (4 per
-//! second under a limit of 5). Found by the accuracy replay (issue 9).
 //!
 //! All arithmetic is exact: an [`Estimate`] is kept multiplied by `w`, so
 //! `estimate + cost <= limit` is decided on integers, with no rounding at
@@ -59,19 +48,14 @@ impl Estimate {
 /// The estimate of `window` at `now_ms` from its counters (oldest first).
 pub fn estimate(window: Window, counts: &[u64], now_ms: u64) -> Estimate {
     let bucket_ms = window.bucket_ms();
+    let elapsed = u128::from(now_ms % bucket_ms);
     let (oldest, full) = counts.split_first().unwrap_or((&0, &[]));
     let full: u128 = full.iter().map(|&count| u128::from(count)).sum();
+    let bucket = u128::from(bucket_ms);
     Estimate {
-        scaled: u128::from(*oldest) * oldest_weight(bucket_ms, now_ms)
-            + full * u128::from(bucket_ms),
+        scaled: u128::from(*oldest) * (bucket - elapsed) + full * bucket,
         bucket_ms,
     }
-}
-
-/// The oldest sub-bucket's weight at `now_ms`, times `bucket_ms`: how many
-/// of its milliseconds are in the window `(now - W, now]`.
-fn oldest_weight(bucket_ms: u64, now_ms: u64) -> u128 {
-    u128::from(bucket_ms - 1 - now_ms % bucket_ms)
 }
 
 /// Whether a request of `cost` is admitted by `limit` given its counters
@@ -97,7 +81,7 @@ pub fn current_ceiling(limit: Limit, counts: &[u64], now_ms: u64) -> u64 {
 /// The estimate only decays: within a sub-bucket the oldest counter's weight
 /// falls linearly, and at each boundary the window slides one counter on.
 /// So the earliest instant is found by solving, sub-bucket by sub-bucket,
-/// `oldest * (w - 1 - x) + (full + cost) * w <= limit * w` for the smallest
+/// `oldest * (w - x) + (full + cost) * w <= limit * w` for the smallest
 /// offset `x`; after `k + 1` boundaries every known count has left.
 pub fn retry_after_ms(limit: Limit, counts: &[u64], now_ms: u64, cost: u64) -> Option<u64> {
     if cost > limit.limit() {
@@ -118,11 +102,10 @@ pub fn retry_after_ms(limit: Limit, counts: &[u64], now_ms: u64, cost: u64) -> O
             continue;
         };
         let start = if crossed == 0 { elapsed } else { 0 };
-        // oldest * (w - 1 - x) <= room * w
-        //   <=>  x >= w - 1 - floor(room * w / oldest);
+        // oldest * (w - x) <= room * w  <=>  x >= w - floor(room * w / oldest);
         // with no oldest count, nothing is left to decay in this sub-bucket.
         let earliest = match (room * bucket).checked_div(oldest) {
-            Some(most_weight) => start.max((bucket - 1).saturating_sub(most_weight)),
+            Some(most_weight) => start.max(bucket.saturating_sub(most_weight)),
             None => start,
         };
         if earliest < bucket {
@@ -278,11 +261,9 @@ mod tests {
     #[test]
     fn the_23_45_example() {
         // Limit 500/min; at 23:45 of a minute, prev = 400 and curr = 250.
-        // DESIGN.md's 350 weighs prev by 15 s of 60; at the end of that
-        // millisecond 14.999 s of the previous minute are in the window.
         let now = 1_000 * MINUTE + 45_000;
-        let at_23_45 = estimate(per_minute(500).window(), &[400, 250], now);
-        assert_eq!(at_23_45, at_end_of_23_45(250));
+        let estimate = estimate(per_minute(500).window(), &[400, 250], now);
+        assert_eq!(estimate.as_f64(), 350.0);
         assert!(admits(per_minute(500), &[400, 250], now, 1));
 
         let verdict = decide(
@@ -293,46 +274,32 @@ mod tests {
             Counting::IfAdmitted,
         );
         assert!(verdict.allowed && verdict.counted);
-        assert_eq!(verdict.limits[0].estimate, at_end_of_23_45(251));
+        assert_eq!(verdict.limits[0].estimate.as_f64(), 351.0);
         assert_eq!(verdict.remaining(), 149);
         assert_eq!(verdict.retry_after_ms, Some(0));
-        // A millisecond earlier the weight is DESIGN.md's 15 s of 60.
-        let before = estimate(per_minute(500).window(), &[400, 250], now - 1);
-        assert_eq!(before.as_f64(), 350.0);
-    }
-
-    /// `400 * 14,999 / 60,000 + current`, exactly.
-    fn at_end_of_23_45(current: u128) -> Estimate {
-        Estimate {
-            scaled: 400 * 14_999 + current * 60_000,
-            bucket_ms: 60_000,
-        }
     }
 
     #[test]
     fn precision_five_weights_only_the_oldest_sub_bucket() {
-        // 100 per 10 s in 5 sub-buckets of 2 s; 30% into the current one
-        // at the end of this millisecond.
+        // 100 per 10 s in 5 sub-buckets of 2 s; 30% into the current one.
         let limit = Limit::new(100, 10_000, 5).unwrap();
-        let now = 7 * 10_000 + 4 * 2_000 + 599;
+        let now = 7 * 10_000 + 4 * 2_000 + 600;
         let counts = [20, 10, 10, 10, 10, 30];
         // 20 * 0.7 + 10 + 10 + 10 + 10 + 30 = 84
         assert_eq!(estimate(limit.window(), &counts, now).as_f64(), 84.0);
         assert!(admits(limit, &counts, now, 16));
         assert!(!admits(limit, &counts, now, 17));
         // 17 fits once the oldest sub-bucket weighs at most 100 - 70 - 17:
-        // 20 * (1 - f) <= 13 at f = 0.35, at the end of millisecond 699 of
-        // the sub-bucket.
+        // 20 * (1 - f) <= 13 at f = 0.35, 700 ms into the sub-bucket.
         assert_eq!(retry_after_ms(limit, &counts, now, 17), Some(100));
         assert_eq!(retry_after_ms(limit, &counts, now, 101), None);
     }
 
     #[test]
     fn boundary_equality_is_admitted_exactly() {
-        // prev = 3, f = 1/3 (at the end of millisecond 999): 3 * 2/3 = 2
-        // exactly, which floats get wrong.
+        // prev = 3, f = 1/3: 3 * 2/3 = 2 exactly, which floats get wrong.
         let limit = Limit::new(3, 3_000, 1).unwrap();
-        let now = 3_000 * 7 + 999;
+        let now = 3_000 * 7 + 1_000;
         assert!(admits(limit, &[3, 0], now, 1));
         assert!(!admits(limit, &[3, 0], now - 1, 1));
         assert_eq!(retry_after_ms(limit, &[3, 0], now - 1, 1), Some(1));
@@ -341,15 +308,14 @@ mod tests {
     #[test]
     fn rejected_check_counts_nothing_and_says_when_to_retry() {
         let limit = per_minute(5);
-        let now = 10 * MINUTE + 29_999;
+        let now = 10 * MINUTE + 30_000;
         let verdict = decide(&[limit], &[vec![0, 5]], now, 1, Counting::IfAdmitted);
         assert!(!verdict.allowed && !verdict.counted);
         assert_eq!(verdict.limits[0].estimate.as_f64(), 5.0);
         assert_eq!(verdict.remaining(), 0);
         assert_eq!(verdict.limits[0].next_unit_ms, 42_000);
         // The 5 become the previous bucket at the next minute and must decay
-        // to 4: 5 * (1 - f) <= 4 at f = 0.2, at the end of its millisecond
-        // 11,999, 42 s from now.
+        // to 4: 5 * (1 - f) <= 4 at f = 0.2, 12 s into it, 42 s from now.
         assert_eq!(verdict.retry_after_ms, Some(42_000));
     }
 
@@ -378,9 +344,8 @@ mod tests {
         assert_eq!(verdict.limits[1].estimate.as_f64(), 1.0);
         // The minute limit never objected. The per-second one needs its 1
         // request gone entirely (1 * (1 - f) + 2 <= 2 only at f = 1), so
-        // the request waits until the last millisecond of the next second,
-        // when no millisecond of this one is left in the window.
-        assert_eq!(verdict.retry_after_ms, Some(1_499));
+        // the request waits until the start of the second after next.
+        assert_eq!(verdict.retry_after_ms, Some(1_500));
     }
 
     #[test]

@@ -49,9 +49,8 @@ fn policies() -> Vec<Policy> {
 }
 
 async fn spawn_app(store: AnyStore, mode: FailureMode, auth: AuthConfig) -> TestApp {
-    // Mid-minute (half of it elapsed at the end of millisecond 29,999), so
-    // the numbers below are exact.
-    let clock = ManualClock::new(common::today_ms() + 29_999);
+    // Mid-minute, so the numbers below are exact.
+    let clock = ManualClock::new(common::today_ms() + 30_000);
     let limiter = Limiter::builder(store)
         .clock(clock.clone())
         .failure_mode(mode)

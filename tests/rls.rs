@@ -84,9 +84,8 @@ impl TestRls {
     }
 
     async fn start_guarded(store: AnyStore, config: &str, guard: ServerGuard) -> TestRls {
-        // Mid-minute (half of it elapsed at the end of millisecond 29,999),
-        // so no window boundary falls inside a test.
-        let clock = ManualClock::new(common::today_ms() + 29_999);
+        // Mid-minute, so no window boundary falls inside a test.
+        let clock = ManualClock::new(common::today_ms() + 30_000);
         let limiter = Limiter::builder(store)
             .clock(clock.clone())
             .timeout(Duration::from_millis(500))

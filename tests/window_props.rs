@@ -33,8 +33,7 @@ impl Reference {
                 let weight = if age < precision {
                     bucket_ms
                 } else if age == precision {
-                    // Its milliseconds in (now - W, now].
-                    bucket_ms - 1 - elapsed
+                    bucket_ms - elapsed
                 } else {
                     0
                 };
