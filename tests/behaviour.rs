@@ -53,6 +53,7 @@ behaviour_suite!(
     concurrent_checks_admit_exactly_the_limit,
     windows_over_thirty_days_keep_their_counts,
     a_check_whose_bucket_ends_in_flight_is_decided_again,
+    a_client_that_keeps_asking_gets_one_less_than_the_limit_after_its_first_window,
 );
 
 const MINUTE: u64 = 60_000;
@@ -494,5 +495,41 @@ async fn a_check_whose_bucket_ends_in_flight_is_decided_again<S: Store>(store: S
         let after = limiter.check(key, &one_per_second, 1).await.unwrap();
         assert!(after.allowed, "{key}");
         assert_eq!(estimates(&after), vec![1.0], "{key}");
+    }
+}
+
+/// The README's word to a client that keeps asking: at precision 1 it gets
+/// the limit in its first window and `limit - 1` in each one after it. The
+/// current bucket's count reaches the limit only once the previous bucket
+/// weighs nothing, and with `1 - f` (DESIGN.md) that is never inside the
+/// bucket. At higher precisions the oldest sub-bucket is sometimes empty
+/// when the last unit is asked for: `limit - 1` or the limit.
+async fn a_client_that_keeps_asking_gets_one_less_than_the_limit_after_its_first_window<
+    S: Store,
+>(
+    store: S,
+) {
+    let store = Arc::new(store);
+    for (per_second, precision) in [(5, 1), (120, 1), (10, 5), (120, 10)] {
+        let (limiter, clock) = limiter(store.clone(), 20_000);
+        let start = clock.now_ms();
+        let every_second = policy("keeps-asking", &[limit(per_second, 1_000, precision)]);
+        let key = format!("{per_second}-{precision}");
+        let mut admitted = [0u64; 5];
+        for ms in (0..5_000).step_by(2) {
+            clock.set(start + ms);
+            if limiter.check(&key, &every_second, 1).await.unwrap().allowed {
+                admitted[(ms / 1_000) as usize] += 1;
+            }
+        }
+        let what = format!("{per_second} per second at precision {precision}: {admitted:?}");
+        assert_eq!(admitted[0], per_second, "{what}");
+        for later in &admitted[1..] {
+            if precision == 1 {
+                assert_eq!(*later, per_second - 1, "{what}");
+            } else {
+                assert!((per_second - 1..=per_second).contains(later), "{what}");
+            }
+        }
     }
 }
