@@ -20,7 +20,10 @@
 //! - a parse error, EOF, a write error, or a reply overdue beyond the stall
 //!   bound drops the connection: everything pending on it fails as a
 //!   transient store error (never retried: a lost increment's outcome is
-//!   unknown), and the connection is dialled again with backoff.
+//!   unknown), and the connection is dialled again with backoff;
+//! - a node's connections take requests in turn, skipping those that are
+//!   down, so one waiting out its backoff fails nothing while another to
+//!   the same node is up.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
