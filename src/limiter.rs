@@ -406,19 +406,15 @@ impl<S: Store> Limiter<S> {
                     boundary::recheck(policy.limits(), now_ms, self.clock.now_ms(), attempt)
             {
                 self.roll_back(&batch.adds, cost, now_ms).await;
-                match next {
-                    Ok(later_ms) => {
-                        now_ms = later_ms;
-                        attempt += 1;
-                        continue;
-                    }
-                    Err(error) => {
-                        self.metrics.store_error(&error);
-                        return self
-                            .fall_back(error, policy, &layouts, &batch, counting, now_ms)
-                            .await;
-                    }
+                if let Err(error) = next {
+                    self.metrics.store_error(&error);
+                    return self
+                        .fall_back(error, policy, &layouts, &batch, counting, now_ms)
+                        .await;
                 }
+                now_ms = self.clock.now_ms();
+                attempt += 1;
+                continue;
             }
             return Ok(self.done(Decision::new(verdict, Source::Store)));
         }

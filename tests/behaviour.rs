@@ -442,8 +442,9 @@ async fn a_check_whose_bucket_ends_in_flight_is_decided_again<S: Store>(store: S
 
     for together in [false, true] {
         let key = if together { "all" } else { "one" };
-        // Read at the last ms of a second; answered in the next one.
-        let limiter = limiter_at(&[start + 999, start + 1_000]);
+        // Read at the last ms of a second; answered in the next one, and
+        // the increment taken back by 1,001.
+        let limiter = limiter_at(&[start + 999, start + 1_000, start + 1_001]);
         let decision = if together {
             let item = Item {
                 key,
@@ -455,17 +456,27 @@ async fn a_check_whose_bucket_ends_in_flight_is_decided_again<S: Store>(store: S
             limiter.check(key, &one_per_second, 1).await.unwrap()
         };
         assert!(decision.allowed && decision.counted, "{key}");
-        assert_eq!(decision.decided_at_ms, start + 1_000, "{key}");
+        // Decided again at the clock's reading after the take-back, not at
+        // the crossing's, which that round trip left behind.
+        assert_eq!(decision.decided_at_ms, start + 1_001, "{key}");
         // Counted once, in the new second only: had the first increment
         // stayed, the older second would weigh it in full (1 + 1).
         let now = limiter.peek(key, &one_per_second, 1).await.unwrap();
         assert_eq!(estimates(&now), vec![1.0], "{key}");
     }
 
-    // Every attempt's answer comes in a later second than its read.
+    // Every attempt's answer comes in a later second than its read (the
+    // clock is read once for each attempt and once for each answer).
     for together in [false, true] {
         let key = if together { "slow-all" } else { "slow-one" };
-        let limiter = limiter_at(&[start + 2_999, start + 3_000, start + 4_000, start + 5_000]);
+        let limiter = limiter_at(&[
+            start + 2_999,
+            start + 3_000,
+            start + 3_000,
+            start + 4_000,
+            start + 4_000,
+            start + 5_000,
+        ]);
         let outcome = if together {
             let item = Item {
                 key,

@@ -33,17 +33,20 @@ const MOST_ATTEMPTS: u32 = 3;
 /// Whether the admission of attempt number `attempt` (from 1), decided at
 /// `decided_at_ms` under `limits`, stands now that the clock reads
 /// `now_ms`: `None` if it does. Otherwise its increments must be taken
-/// back, and then the check decided again at `Ok(instant)`, or, after its
-/// last attempt, left to the failure mode with `Err`.
+/// back, and then the check decided again (`Ok`) at the clock's reading
+/// after the take-back, whose round trip moved time on too, or, after its
+/// last attempt, left to the failure mode (`Err`).
 pub(super) fn recheck<'a>(
     limits: impl IntoIterator<Item = &'a Limit>,
     decided_at_ms: u64,
     now_ms: u64,
     attempt: u32,
-) -> Option<Result<u64, StoreError>> {
-    let later_ms = crossed(limits, decided_at_ms, now_ms)?;
+) -> Option<Result<(), StoreError>> {
+    if !crossed(limits, decided_at_ms, now_ms) {
+        return None;
+    }
     Some(if attempt < MOST_ATTEMPTS {
-        Ok(later_ms)
+        Ok(())
     } else {
         Err(StoreError::Overloaded(format!(
             "each of {MOST_ATTEMPTS} attempts took the store longer than a bucket boundary allowed"
@@ -51,20 +54,17 @@ pub(super) fn recheck<'a>(
     })
 }
 
-/// `Some(now_ms)` if, for any of `limits`, `now_ms` is no longer in the
-/// sub-bucket that a decision at `decided_at_ms` counted in.
+/// Whether, for any of `limits`, `now_ms` is no longer in the sub-bucket
+/// that a decision at `decided_at_ms` counted in.
 fn crossed<'a>(
     limits: impl IntoIterator<Item = &'a Limit>,
     decided_at_ms: u64,
     now_ms: u64,
-) -> Option<u64> {
-    limits
-        .into_iter()
-        .any(|limit| {
-            let window = limit.window();
-            window.bucket_of(now_ms) != window.bucket_of(decided_at_ms)
-        })
-        .then_some(now_ms)
+) -> bool {
+    limits.into_iter().any(|limit| {
+        let window = limit.window();
+        window.bucket_of(now_ms) != window.bucket_of(decided_at_ms)
+    })
 }
 
 #[cfg(test)]
@@ -76,31 +76,22 @@ mod tests {
         let second = Limit::new(10, 1_000, 1).unwrap();
         let minute_by_tenths = Limit::new(100, 60_000, 10).unwrap();
         // Within the same second and the same 6 s sub-bucket.
-        assert_eq!(crossed([&second, &minute_by_tenths], 12_000, 12_999), None);
+        assert!(!crossed([&second, &minute_by_tenths], 12_000, 12_999));
         // A new second: the first limit's bucket changed.
-        assert_eq!(
-            crossed([&second, &minute_by_tenths], 12_999, 13_000),
-            Some(13_000)
-        );
+        assert!(crossed([&second, &minute_by_tenths], 12_999, 13_000));
         // A new 6 s sub-bucket of the second limit only.
-        assert_eq!(crossed([&minute_by_tenths], 11_999, 12_000), Some(12_000));
-        assert_eq!(crossed([&minute_by_tenths], 12_000, 17_999), None);
+        assert!(crossed([&minute_by_tenths], 11_999, 12_000));
+        assert!(!crossed([&minute_by_tenths], 12_000, 17_999));
         // A clock set back is a crossing too: the bucket differs.
-        assert_eq!(crossed([&second], 13_000, 12_999), Some(12_999));
+        assert!(crossed([&second], 13_000, 12_999));
     }
 
     #[test]
     fn a_crossing_is_decided_again_until_the_last_attempt() {
         let second = Limit::new(10, 1_000, 1).unwrap();
         assert!(recheck([&second], 12_000, 12_999, 1).is_none());
-        assert_eq!(
-            recheck([&second], 12_999, 13_000, 1).unwrap().ok(),
-            Some(13_000)
-        );
-        assert_eq!(
-            recheck([&second], 13_999, 14_000, 2).unwrap().ok(),
-            Some(14_000)
-        );
+        assert!(recheck([&second], 12_999, 13_000, 1).unwrap().is_ok());
+        assert!(recheck([&second], 13_999, 14_000, 2).unwrap().is_ok());
         let error = recheck([&second], 14_999, 15_000, 3).unwrap().unwrap_err();
         assert!(error.to_string().contains("3 attempts"), "{error}");
     }

@@ -98,8 +98,8 @@ impl<S: Store> Limiter<S> {
                     )
                     .await;
                     match next {
-                        Ok(later_ms) => {
-                            now_ms = later_ms;
+                        Ok(()) => {
+                            now_ms = self.clock.now_ms();
                             attempt += 1;
                             continue;
                         }
