@@ -12,16 +12,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use smallvec::SmallVec;
-
 use crate::clock::{Clock, SystemClock};
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::near_cache::{NearCache, NearKey, Seen};
-use crate::policy::{Limit, MAX_AMOUNT, Policy};
+use crate::policy::Policy;
 use crate::store::{
-    BatchCounts, CounterBatch, CounterKey, Counters, KeyDigest, MemoryStore, Store, StoreError,
+    BatchCounts, CounterBatch, CounterKey, KeyDigest, MemoryStore, Store, StoreError,
 };
-use crate::window::{self, Counting, LimitState, Verdict};
+use crate::window::{self, Counting, Verdict};
 
 // Timing, counting by policy and shadow mode around check, peek, report.
 mod observed;
@@ -29,11 +27,16 @@ mod observed;
 mod together;
 // Checks whose bucket ended while their counters were in flight.
 mod boundary;
-pub use together::Item;
+// Which counters a call touches, and the counts their answers give.
+mod counters;
+// What a check answers.
+mod decision;
 
-/// One limit's counters before a request, oldest first: inline up to
-/// precision 7, so a check allocates none for them.
-pub(crate) type Counts = SmallVec<[u64; 8]>;
+pub(crate) use counters::Counts;
+use counters::{Layout, layout};
+use decision::validate;
+pub use decision::{CheckError, Decision, Source};
+pub use together::Item;
 
 /// The longest key accepted, in bytes.
 pub const MAX_KEY_BYTES: usize = 1024;
@@ -52,103 +55,6 @@ pub enum FailureMode {
     Deny,
     /// Decide with counters in this process until the store is back.
     Local,
-}
-
-/// Where a decision came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Source {
-    Store,
-    NearCache,
-    /// The store failed; the failure mode decided.
-    Fallback,
-}
-
-impl Source {
-    pub const ALL: [Source; 3] = [Source::Store, Source::NearCache, Source::Fallback];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Source::Store => "store",
-            Source::NearCache => "near_cache",
-            Source::Fallback => "fallback",
-        }
-    }
-
-    pub(crate) fn index(self) -> usize {
-        self as usize
-    }
-}
-
-/// The answer to a check, peek or report. Being over a limit is a normal
-/// decision (`allowed: false`), not an error.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Decision {
-    pub allowed: bool,
-    /// Whether this call added its cost to the counters.
-    pub counted: bool,
-    /// 0 when allowed; otherwise the wait until the same request would be
-    /// admitted if nothing else were counted; `None` if it never can be.
-    pub retry_after_ms: Option<u64>,
-    /// Each limit of the policy, in order.
-    pub limits: Vec<LimitState>,
-    pub source: Source,
-    /// The policy is in shadow mode ([`Policy::with_shadow`]): `allowed` is
-    /// always true, and `would_allow` says what it would have decided.
-    pub shadow: bool,
-    /// The decision without shadow mode; equal to `allowed` otherwise.
-    pub would_allow: bool,
-    /// The instant, on the limiter's clock, the decision was made for: the
-    /// buckets read are this instant's, and `retry_after_ms` counts from it.
-    pub decided_at_ms: u64,
-}
-
-impl Decision {
-    fn new(verdict: Verdict, source: Source) -> Decision {
-        Decision {
-            allowed: verdict.allowed,
-            counted: verdict.counted,
-            retry_after_ms: verdict.retry_after_ms,
-            limits: verdict.limits,
-            source,
-            shadow: false,
-            would_allow: verdict.allowed,
-            decided_at_ms: verdict.decided_at_ms,
-        }
-    }
-
-    /// The smallest `remaining` over the limits.
-    pub fn remaining(&self) -> u64 {
-        window::smallest_remaining(&self.limits)
-    }
-}
-
-/// A request the limiter cannot decide.
-#[derive(Debug, thiserror::Error)]
-pub enum CheckError {
-    #[error("key: {0}")]
-    InvalidKey(String),
-    #[error("cost: must be an integer from 1 to {MAX_AMOUNT}, got {0}")]
-    InvalidCost(u64),
-    /// The store failed and the failure mode is [`FailureMode::Deny`].
-    #[error("rate-limit store unavailable: {0}")]
-    StoreUnavailable(StoreError),
-}
-
-/// The key and cost rules every entry point checks first.
-fn validate(key: &str, cost: u64) -> Result<(), CheckError> {
-    if key.is_empty() {
-        return Err(CheckError::InvalidKey("must not be empty".to_owned()));
-    }
-    if key.len() > MAX_KEY_BYTES {
-        return Err(CheckError::InvalidKey(format!(
-            "must be at most {MAX_KEY_BYTES} bytes, got {}",
-            key.len()
-        )));
-    }
-    if cost == 0 || cost > MAX_AMOUNT {
-        return Err(CheckError::InvalidCost(cost));
-    }
-    Ok(())
 }
 
 /// Decides requests against policies, with counters in a [`Store`].
@@ -237,41 +143,6 @@ impl<S: Store> LimiterBuilder<S> {
             metrics: Metrics::default(),
             store_healthy: AtomicBool::new(true),
         }
-    }
-}
-
-/// The counters one call touches, per limit: the older buckets, oldest
-/// first, and the current one. Buckets before the epoch do not exist (only a
-/// manual clock gets that close to 1970): they are not read, and count 0.
-struct Layout {
-    before_epoch: usize,
-    older: Counters,
-    current: CounterKey,
-}
-
-fn layout(digest: KeyDigest, limit: &Limit, now_ms: u64) -> Layout {
-    let window = limit.window();
-    let current = window.bucket_of(now_ms);
-    let counter = |bucket| CounterKey {
-        digest,
-        window,
-        bucket,
-    };
-    let older: Counters = (1..=u64::from(window.precision()))
-        .rev()
-        .filter_map(|back| current.checked_sub(back).map(counter))
-        .collect();
-    Layout {
-        before_epoch: window.precision() as usize - older.len(),
-        older,
-        current: counter(current),
-    }
-}
-
-impl Layout {
-    /// Counters of this limit, the ones before the epoch included.
-    fn len(&self) -> usize {
-        self.before_epoch + self.older.len() + 1
     }
 }
 
@@ -383,9 +254,9 @@ impl<S: Store> Limiter<S> {
                 .iter()
                 .map(|limit| layout(digest, limit, now_ms))
                 .collect();
-            let batch = Self::batch(&layouts, cost, counting, now_ms);
+            let batch = counters::batch(&layouts, cost, counting, now_ms);
             let counts = match self.timed(self.store.read_and_add(&batch)).await {
-                Ok(found) => Self::counts_before(&layouts, &batch, found),
+                Ok(found) => counters::counts_before(&layouts, &batch, found),
                 Err(error) => {
                     return self
                         .fall_back(error, policy, &layouts, &batch, counting, now_ms)
@@ -418,52 +289,6 @@ impl<S: Store> Limiter<S> {
             }
             return Ok(self.done(Decision::new(verdict, Source::Store)));
         }
-    }
-
-    /// The store's work for one call: read the older counters and add
-    /// `cost` to the current ones (or, when nothing is counted, read them).
-    fn batch(layouts: &[Layout], cost: u64, counting: Counting, now_ms: u64) -> CounterBatch {
-        let mut batch = CounterBatch {
-            reads: Counters::new(),
-            adds: Counters::new(),
-            amount: cost,
-            now_ms,
-        };
-        for layout in layouts {
-            batch.reads.extend_from_slice(&layout.older);
-            if counting == Counting::Never {
-                batch.reads.push(layout.current);
-            } else {
-                batch.adds.push(layout.current);
-            }
-        }
-        batch
-    }
-
-    /// Each limit's counts before this request (oldest first), from what a
-    /// batch found.
-    fn counts_before(layouts: &[Layout], batch: &CounterBatch, found: BatchCounts) -> Vec<Counts> {
-        let mut reads = found.read.into_iter();
-        let mut added = found.added.into_iter();
-        let adding = !batch.adds.is_empty();
-        layouts
-            .iter()
-            .map(|layout| {
-                let mut counts: Counts = smallvec::smallvec![0; layout.before_epoch];
-                counts.extend(reads.by_ref().take(layout.older.len()));
-                counts.push(if adding {
-                    // The value after our addition, less our own cost: what
-                    // was counted before us, concurrent callers included.
-                    added
-                        .next()
-                        .unwrap_or(batch.amount)
-                        .saturating_sub(batch.amount)
-                } else {
-                    reads.next().unwrap_or(0)
-                });
-                counts
-            })
-            .collect()
     }
 
     /// Take back a rejected request's increments. Returns each current
@@ -581,7 +406,7 @@ impl<S: Store> Limiter<S> {
                     .read_and_add(batch)
                     .await
                     .map_err(CheckError::StoreUnavailable)?;
-                let counts = Self::counts_before(layouts, batch, found);
+                let counts = counters::counts_before(layouts, batch, found);
                 let verdict = window::decide(policy.limits(), &counts, now_ms, cost, counting);
                 if !verdict.allowed && !verdict.counted && !batch.adds.is_empty() {
                     let _ = self.local.subtract(&batch.adds, cost, now_ms).await;

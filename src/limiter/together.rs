@@ -181,7 +181,7 @@ impl<S: Store> Limiter<S> {
         let mut failure = None;
         for (group, result) in groups.iter().zip(results) {
             match result {
-                Ok(found) => counts_by_group.push(Some(Self::counts_before(
+                Ok(found) => counts_by_group.push(Some(counters::counts_before(
                     &group.layouts,
                     &group.batch,
                     found,
@@ -346,7 +346,7 @@ fn groups(
                         .map(move |limit| layout(digest, limit, now_ms))
                 })
                 .collect();
-            let batch = Limiter::<MemoryStore>::batch(&layouts, cost, counting, now_ms);
+            let batch = counters::batch(&layouts, cost, counting, now_ms);
             Group {
                 items: indices,
                 layouts,

@@ -1,0 +1,105 @@
+//! What a check answers: a [`Decision`] (being over a limit is one), or a
+//! [`CheckError`] for a request that cannot be decided; and where a
+//! decision came from.
+
+use super::MAX_KEY_BYTES;
+use crate::policy::MAX_AMOUNT;
+use crate::store::StoreError;
+use crate::window::{self, LimitState, Verdict};
+
+/// Where a decision came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    Store,
+    NearCache,
+    /// The store failed; the failure mode decided.
+    Fallback,
+}
+
+impl Source {
+    pub const ALL: [Source; 3] = [Source::Store, Source::NearCache, Source::Fallback];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Store => "store",
+            Source::NearCache => "near_cache",
+            Source::Fallback => "fallback",
+        }
+    }
+
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// The answer to a check, peek or report. Being over a limit is a normal
+/// decision (`allowed: false`), not an error.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Decision {
+    pub allowed: bool,
+    /// Whether this call added its cost to the counters.
+    pub counted: bool,
+    /// 0 when allowed; otherwise the wait until the same request would be
+    /// admitted if nothing else were counted; `None` if it never can be.
+    pub retry_after_ms: Option<u64>,
+    /// Each limit of the policy, in order.
+    pub limits: Vec<LimitState>,
+    pub source: Source,
+    /// The policy is in shadow mode ([`Policy::with_shadow`](crate::Policy::with_shadow)): `allowed` is
+    /// always true, and `would_allow` says what it would have decided.
+    pub shadow: bool,
+    /// The decision without shadow mode; equal to `allowed` otherwise.
+    pub would_allow: bool,
+    /// The instant, on the limiter's clock, the decision was made for: the
+    /// buckets read are this instant's, and `retry_after_ms` counts from it.
+    pub decided_at_ms: u64,
+}
+
+impl Decision {
+    pub(super) fn new(verdict: Verdict, source: Source) -> Decision {
+        Decision {
+            allowed: verdict.allowed,
+            counted: verdict.counted,
+            retry_after_ms: verdict.retry_after_ms,
+            limits: verdict.limits,
+            source,
+            shadow: false,
+            would_allow: verdict.allowed,
+            decided_at_ms: verdict.decided_at_ms,
+        }
+    }
+
+    /// The smallest `remaining` over the limits.
+    pub fn remaining(&self) -> u64 {
+        window::smallest_remaining(&self.limits)
+    }
+}
+
+/// A request the limiter cannot decide.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    #[error("key: {0}")]
+    InvalidKey(String),
+    #[error("cost: must be an integer from 1 to {MAX_AMOUNT}, got {0}")]
+    InvalidCost(u64),
+    /// The store failed and the failure mode is [`FailureMode::Deny`](super::FailureMode::Deny).
+    #[error("rate-limit store unavailable: {0}")]
+    StoreUnavailable(StoreError),
+}
+
+/// The key and cost rules every entry point checks first.
+pub(super) fn validate(key: &str, cost: u64) -> Result<(), CheckError> {
+    if key.is_empty() {
+        return Err(CheckError::InvalidKey("must not be empty".to_owned()));
+    }
+    if key.len() > MAX_KEY_BYTES {
+        return Err(CheckError::InvalidKey(format!(
+            "must be at most {MAX_KEY_BYTES} bytes, got {}",
+            key.len()
+        )));
+    }
+    if cost == 0 || cost > MAX_AMOUNT {
+        return Err(CheckError::InvalidCost(cost));
+    }
+    Ok(())
+}
