@@ -70,7 +70,7 @@ fn parse_args() -> Result<Args, String> {
             "--docs" => args.docs = true,
             other => {
                 return Err(format!(
-                    "unknown argument {other} (see the top of examples/accuracy.rs)"
+                    "unknown argument {other} (see the top of examples/accuracy/main.rs)"
                 ));
             }
         }
