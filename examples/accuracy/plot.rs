@@ -21,7 +21,7 @@ pub fn draw(
         .map_or(1.0, |sample| sample.t_ms as f64 / 1000.0);
     let top = samples
         .iter()
-        .map(|sample| sample.fixed.max(sample.exact_p1) as f64)
+        .map(|sample| sample.exact_fixed.max(sample.exact_p1) as f64)
         .fold(limit as f64, f64::max)
         * 1.15;
     let root = SVGBackend::new(path, (960, 480)).into_drawing_area();
@@ -45,15 +45,22 @@ pub fn draw(
             .map(|sample| (sample.t_ms as f64 / 1000.0, value(sample)))
             .collect()
     };
-    let series: [Series; 4] = [
+    let series: [Series; 5] = [
+        (
+            "fixed window: what it admitted in (t - W, t]",
+            RGBColor(240, 190, 140),
+            |s| s.exact_fixed as f64,
+        ),
         (
             "fixed window: count of its current window",
             RGBColor(200, 120, 40),
             |s| s.fixed as f64,
         ),
-        ("exact: admitted in (t - W, t]", RGBColor(30, 30, 30), |s| {
-            s.exact_p1 as f64
-        }),
+        (
+            "exact: what precision 1 admitted in (t - W, t]",
+            RGBColor(30, 30, 30),
+            |s| s.exact_p1 as f64,
+        ),
         (
             "slidegate precision 1: estimate",
             RGBColor(40, 100, 200),

@@ -38,6 +38,8 @@ pub const LABELS: [&str; 6] = [
 /// model: the same estimate with every request counted (`Limiter::report`),
 /// judged against an exact log of every request.
 pub const EXACT: usize = 4;
+/// The index of the fixed window in `LABELS`.
+const FIXED: usize = 3;
 pub const EVERY_REQUEST: usize = 5;
 
 /// One request of the watched client, for the plot: each decider's view of
@@ -48,7 +50,9 @@ pub struct Sample {
     pub estimate_p1: f64,
     pub exact_p1: u64,
     pub estimate_p10: f64,
+    /// The fixed window's counter, and what it really admitted in the window.
     pub fixed: u64,
+    pub exact_fixed: u64,
 }
 
 /// What to watch for the plot: a client, over the trace's first `until_ms`.
@@ -165,6 +169,7 @@ pub async fn replay<S: Store>(
                 exact_p1: judges[0].exact(request.client, request.t_ms),
                 estimate_p10: estimate_before(&decisions[2], cost),
                 fixed: fixed_count,
+                exact_fixed: judges[FIXED].exact(request.client, request.t_ms),
             });
         }
         for (judge, decision) in judges.iter_mut().zip(&decisions) {
@@ -177,7 +182,7 @@ pub async fn replay<S: Store>(
                 exact_admits,
             );
         }
-        judges[3].record(
+        judges[FIXED].record(
             request.client,
             request.t_ms,
             cost,
