@@ -25,7 +25,7 @@ use crate::trace::Trace;
 type Error = Box<dyn std::error::Error>;
 
 /// The precisions of the first study.
-pub const PRECISIONS: [u32; 6] = [1, 2, 4, 10, 25, 100];
+pub const PRECISIONS: [u32; 7] = [1, 2, 4, 10, 25, 30, 100];
 /// The well-behaved ceilings of the second study, in % of the limit.
 pub const CEILINGS: [u32; 5] = [70, 75, 80, 85, 90];
 
