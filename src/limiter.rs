@@ -276,13 +276,18 @@ impl<S: Store> Limiter<S> {
                 && let Some(next) =
                     boundary::recheck(policy.limits(), now_ms, self.clock.now_ms(), attempt)
             {
-                self.roll_back(&batch.adds, cost, now_ms).await;
                 if let Err(error) = next {
                     self.metrics.store_error(&error);
+                    if self.failure_mode != FailureMode::Deny {
+                        let decision = Decision::new(verdict, Source::Store);
+                        return Ok(self.done(boundary::stands(decision)));
+                    }
+                    self.roll_back(&batch.adds, cost, now_ms).await;
                     return self
                         .fall_back(error, policy, &layouts, &batch, counting, now_ms)
                         .await;
                 }
+                self.roll_back(&batch.adds, cost, now_ms).await;
                 now_ms = self.clock.now_ms();
                 attempt += 1;
                 continue;

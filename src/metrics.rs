@@ -86,7 +86,7 @@ pub enum ErrorKind {
     protocol,
     /// Too many requests already waiting: refused without being sent. Or
     /// a store slower than a sub-bucket: each attempt of a check crossed a
-    /// bucket boundary.
+    /// bucket boundary, and the failure mode decided it.
     overloaded,
 }
 

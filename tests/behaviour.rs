@@ -432,12 +432,38 @@ async fn a_check_whose_bucket_ends_in_flight_is_decided_again<S: Store>(store: S
     let store = Arc::new(store);
     let start = common::today_ms() + 10_000;
     let one_per_second = policy("edge", &[limit(1, 1_000, 1)]);
-    let limiter_at = |instants: &[u64]| {
+    let limiter_in = |mode: FailureMode, instants: &[u64]| {
         Limiter::builder(store.clone())
             .clock(Scripted::new(instants))
-            .failure_mode(FailureMode::Deny)
+            .failure_mode(mode)
             .timeout(Duration::from_secs(2))
             .build()
+    };
+    let limiter_at = |instants: &[u64]| limiter_in(FailureMode::Deny, instants);
+    // Every attempt's answer comes in a later second than its read (the
+    // clock is read once for each attempt and once for each answer).
+    let slow = [
+        start + 2_999,
+        start + 3_000,
+        start + 3_000,
+        start + 4_000,
+        start + 4_000,
+        start + 5_000,
+    ];
+    let check_or_check_all = async |limiter: &Limiter<Arc<S>>, key: &str, together: bool| {
+        if together {
+            let item = Item {
+                key,
+                policy: &one_per_second,
+                cost: 1,
+            };
+            limiter
+                .check_all(&[item])
+                .await
+                .map(|mut all| all.remove(0))
+        } else {
+            limiter.check(key, &one_per_second, 1).await
+        }
     };
 
     for together in [false, true] {
@@ -465,32 +491,11 @@ async fn a_check_whose_bucket_ends_in_flight_is_decided_again<S: Store>(store: S
         assert_eq!(estimates(&now), vec![1.0], "{key}");
     }
 
-    // Every attempt's answer comes in a later second than its read (the
-    // clock is read once for each attempt and once for each answer).
+    // Under deny: refused as for a timeout, nothing left counted.
     for together in [false, true] {
         let key = if together { "slow-all" } else { "slow-one" };
-        let limiter = limiter_at(&[
-            start + 2_999,
-            start + 3_000,
-            start + 3_000,
-            start + 4_000,
-            start + 4_000,
-            start + 5_000,
-        ]);
-        let outcome = if together {
-            let item = Item {
-                key,
-                policy: &one_per_second,
-                cost: 1,
-            };
-            limiter
-                .check_all(&[item])
-                .await
-                .map(|mut all| all.remove(0))
-        } else {
-            limiter.check(key, &one_per_second, 1).await
-        };
-        match outcome {
+        let limiter = limiter_at(&slow);
+        match check_or_check_all(&limiter, key, together).await {
             Err(CheckError::StoreUnavailable(error)) => {
                 assert!(error.to_string().contains("3 attempts"), "{key}: {error}")
             }
@@ -506,6 +511,30 @@ async fn a_check_whose_bucket_ends_in_flight_is_decided_again<S: Store>(store: S
         let after = limiter.check(key, &one_per_second, 1).await.unwrap();
         assert!(after.allowed, "{key}");
         assert_eq!(estimates(&after), vec![1.0], "{key}");
+    }
+
+    // Under allow and local, the last attempt's admission stands, counted:
+    // the formula admitted it at its instant and only its increment came
+    // late. Admitting it uncounted, as for a store that failed, would let
+    // sub-buckets shorter than the store's round trip limit nothing.
+    for mode in [FailureMode::Allow, FailureMode::Local] {
+        for together in [false, true] {
+            let key = format!("slow-{mode:?}-{together}");
+            let limiter = limiter_in(mode, &slow);
+            let decision = check_or_check_all(&limiter, &key, together).await.unwrap();
+            assert!(decision.allowed && decision.counted, "{key}: {decision:?}");
+            assert_eq!(decision.source, Source::Fallback, "{key}");
+            assert_eq!(decision.decided_at_ms, start + 4_000, "{key}");
+            // One failure, and 5 calls: 3 checks, the 2 take-backs before
+            // the last attempt.
+            let metrics = limiter.metrics();
+            assert_eq!((metrics.store_errors, metrics.store_calls), (1, 5), "{key}");
+            // At 5,000 the second before holds it in full: the next is over.
+            let after = limiter.check(&key, &one_per_second, 1).await.unwrap();
+            assert!(!after.allowed, "{key}");
+            assert_eq!(after.source, Source::Store, "{key}");
+            assert_eq!(estimates(&after), vec![1.0], "{key}");
+        }
     }
 }
 

@@ -19,11 +19,18 @@
 //!
 //! This needs one clock for all instances, or clocks that agree (the
 //! `memcached` clock source); a skew between instances is a window for the
-//! same race. A check that crosses a boundary on every attempt meets a
-//! store slower than a sub-bucket, which cannot back exact decisions: it
-//! is decided by the failure mode, as a store that timed out would be,
-//! rather than admitted beyond the formula or retried without end.
+//! same race. A check that crosses a boundary on every attempt meets
+//! sub-buckets shorter than the store's round trip, where no retry makes
+//! the decision exact; it is not retried without end but left to the
+//! failure mode, and counted among the store's errors so the operator sees
+//! it. `deny` refuses it (and takes its increment back), as for a store
+//! that timed out. `allow` and `local` let its last admission stand,
+//! counted ([`stands`]): the formula admitted it at its instant, and only
+//! its increment may have come too late for a check past the boundary.
+//! Admitting it uncounted instead, as for a store that failed, would make
+//! such short sub-buckets limit nothing at all.
 
+use super::{Decision, Source};
 use crate::policy::Limit;
 use crate::store::StoreError;
 
@@ -52,6 +59,16 @@ pub(super) fn recheck<'a>(
             "each of {MOST_ATTEMPTS} attempts took the store longer than a bucket boundary allowed"
         )))
     })
+}
+
+/// An admission given up on after its last attempt, which the failure
+/// mode lets stand: admitted and counted as the store decided it, marked as
+/// the failure mode's.
+pub(super) fn stands(decision: Decision) -> Decision {
+    Decision {
+        source: Source::Fallback,
+        ..decision
+    }
 }
 
 /// Whether, for any of `limits`, `now_ms` is no longer in the sub-bucket

@@ -90,6 +90,15 @@ impl<S: Store> Limiter<S> {
                     let Some(next) = next else {
                         break decisions;
                     };
+                    if let Err(error) = &next {
+                        self.metrics.store_error(error);
+                        if self.failure_mode != FailureMode::Deny {
+                            break decisions
+                                .into_iter()
+                                .map(|(index, decision)| (index, boundary::stands(decision)))
+                                .collect();
+                        }
+                    }
                     let batches = groups.iter().filter(|group| !group.batch.adds.is_empty());
                     join_all(
                         batches
@@ -103,10 +112,7 @@ impl<S: Store> Limiter<S> {
                             attempt += 1;
                             continue;
                         }
-                        Err(error) => {
-                            self.metrics.store_error(&error);
-                            error
-                        }
+                        Err(error) => error,
                     }
                 }
                 Err(error) => error,
