@@ -53,6 +53,7 @@ behaviour_suite!(
     concurrent_checks_admit_exactly_the_limit,
     windows_over_thirty_days_keep_their_counts,
     a_check_whose_bucket_ends_in_flight_is_decided_again,
+    a_request_that_counted_nothing_is_not_decided_again_at_a_boundary,
     a_client_that_keeps_asking_gets_one_less_than_the_limit_after_its_first_window,
 );
 
@@ -536,6 +537,47 @@ async fn a_check_whose_bucket_ends_in_flight_is_decided_again<S: Store>(store: S
             assert_eq!(estimates(&after), vec![1.0], "{key}");
         }
     }
+}
+
+/// Only a request that counted something can have raced a boundary. A
+/// `check_all` whose items the near-cache refused counted nothing: however
+/// the clock moves while it is answered, the near-cache's refusal stands.
+async fn a_request_that_counted_nothing_is_not_decided_again_at_a_boundary<S: Store>(store: S) {
+    let minute = common::today_ms() / MINUTE * MINUTE + MINUTE;
+    let half = minute + 30_000;
+    // Three checks read the clock at `half` (admitted: two reads; refused:
+    // one). Then every later read finds a new minute.
+    let clock = Scripted::new(&[
+        half,
+        half,
+        half,
+        half,
+        minute + MINUTE,
+        minute + MINUTE,
+        minute + 2 * MINUTE,
+        minute + 2 * MINUTE,
+        minute + 3 * MINUTE,
+    ]);
+    let limiter = Limiter::builder(store)
+        .clock(clock)
+        .failure_mode(FailureMode::Deny)
+        .timeout(Duration::from_secs(2))
+        .build();
+    let once = policy("once", &[limit(1, MINUTE, 1)]);
+    assert!(limiter.check("k", &once, 1).await.unwrap().allowed);
+    let refused = limiter.check("k", &once, 1).await.unwrap();
+    assert_eq!((refused.allowed, refused.source), (false, Source::Store));
+
+    let item = Item {
+        key: "k",
+        policy: &once,
+        cost: 1,
+    };
+    let decisions = limiter.check_all(&[item]).await.unwrap();
+    assert_eq!(decisions.len(), 1);
+    assert!(!decisions[0].allowed && !decisions[0].counted);
+    assert_eq!(decisions[0].source, Source::NearCache);
+    assert_eq!(limiter.metrics().store_errors, 0);
 }
 
 /// The README's word to a client that keeps asking: at precision 1 it gets

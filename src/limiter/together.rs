@@ -80,7 +80,11 @@ impl<S: Store> Limiter<S> {
             let groups = groups(items, &decided, counting, now_ms);
             let error = match self.decide_groups(items, &groups, counting, false).await {
                 Ok(decisions) => {
-                    let counted = decisions.iter().all(|(_, decision)| decision.counted);
+                    // Only a request that counted can have raced a boundary
+                    // (with every item refused by the near-cache there are
+                    // no decisions here, and `all` of none is true).
+                    let counted = counting == Counting::IfAdmitted
+                        && decisions.iter().all(|(_, decision)| decision.counted);
                     let limits = items.iter().flat_map(|item| item.policy.limits());
                     let next = if counted {
                         boundary::recheck(limits, now_ms, self.clock.now_ms(), attempt)
