@@ -21,6 +21,7 @@ use slidegate::server::rls::pb::envoy::service::ratelimit::v3::{
 use slidegate::server::rls::{self, Rls, RuleSet};
 use slidegate::server::{self, App};
 use slidegate::{AnyStore, Limiter, ManualClock, MemoryStore};
+use tokio::io::AsyncReadExt;
 use tokio::sync::oneshot;
 use tonic::transport::Channel;
 
@@ -633,6 +634,56 @@ async fn connections_past_the_cap_are_closed_at_once() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// A connection to the gRPC port that sends nothing gives its place under
+/// the cap back after the quiet timeout: idle TCP connections must not hold
+/// the places the HTTP API shares with it. A live HTTP/2 client answers the
+/// server's pings, so its idle connection stays, the same one.
+#[tokio::test]
+async fn a_silent_connection_gives_its_place_back_and_a_live_idle_one_keeps_it() {
+    let quiet = Duration::from_secs(1);
+    let guard = ServerGuard {
+        max_connections: 2,
+        quiet_timeout: quiet,
+        ..ServerGuard::default()
+    };
+    let rls = TestRls::start_guarded(memory(), CONFIG, guard).await;
+    let one = || request("test", vec![descriptor(&[("five", "x")])]);
+    let mut live = rls.client().await;
+    assert_eq!(ask(&mut live, one()).await.overall_code(), Code::Ok);
+
+    // A connection that never speaks HTTP/2 takes the last place...
+    let connected = std::time::Instant::now();
+    let mut silent = tokio::net::TcpStream::connect(rls.addr).await.unwrap();
+    // ...until the server closes it (what it reads first is the server's
+    // own HTTP/2 preface).
+    let closed = tokio::time::timeout(Duration::from_secs(10), async {
+        let mut bytes = [0u8; 256];
+        while let Ok(read) = silent.read(&mut bytes).await {
+            if read == 0 {
+                break;
+            }
+        }
+    })
+    .await;
+    assert!(
+        closed.is_ok(),
+        "a silent connection still held its place after 10 s"
+    );
+    let held = connected.elapsed();
+    assert!(
+        held >= quiet,
+        "closed after {held:?}, before the quiet timeout"
+    );
+
+    // The live connection has been idle as long, and twice that again: the
+    // server's pings kept it, and it is still the one place taken.
+    tokio::time::sleep(quiet * 2).await;
+    assert_eq!(rls.app.open_connections(), 1);
+    assert_eq!(ask(&mut live, one()).await.overall_code(), Code::Ok);
+    assert_eq!(rls.app.open_connections(), 1);
+    assert_eq!(rls.app.refused_connections(), 0);
 }
 
 /// 100 concurrent calls on one descriptor with a limit of 5, from 4 HTTP/2

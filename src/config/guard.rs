@@ -4,6 +4,7 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::Deserialize;
 
@@ -12,6 +13,9 @@ use crate::store::DEFAULT_MEMORY_CAPACITY;
 
 /// Connections served at once when none is configured.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+/// How long a gRPC connection may send nothing: the HTTP listener's bound
+/// on reading a request's headers.
+pub const DEFAULT_QUIET_TIMEOUT: Duration = Duration::from_secs(10);
 /// 32 bytes a counter: 16 GiB at most.
 const MAX_MEMORY_CAPACITY: u64 = 500_000_000;
 const MAX_CONNECTIONS: u64 = 1_000_000;
@@ -48,6 +52,12 @@ pub struct ServerGuard {
     pub api_tokens: ApiTokens,
     /// Whether `/metrics` needs a token too (when tokens are set).
     pub metrics_need_token: bool,
+    /// A gRPC (RLS) connection that sends nothing for this long is closed,
+    /// so idle connections do not hold places under the cap forever; the
+    /// server pings every connection three times as often, which a live
+    /// HTTP/2 peer answers, so Envoy's idle connections stay open. (HTTP/1
+    /// connections have the same bound on reading a request's headers.)
+    pub quiet_timeout: Duration,
 }
 
 impl Default for ServerGuard {
@@ -56,6 +66,7 @@ impl Default for ServerGuard {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             api_tokens: ApiTokens::default(),
             metrics_need_token: false,
+            quiet_timeout: DEFAULT_QUIET_TIMEOUT,
         }
     }
 }
@@ -235,6 +246,7 @@ pub(super) fn resolve(
             max_connections,
             api_tokens,
             metrics_need_token: server.metrics_need_token.unwrap_or(false),
+            quiet_timeout: DEFAULT_QUIET_TIMEOUT,
         },
         clock_source,
     })

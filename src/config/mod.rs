@@ -11,7 +11,9 @@ use std::time::Duration;
 use serde::Deserialize;
 
 mod guard;
-pub use guard::{ApiTokens, ClockSource, DEFAULT_MAX_CONNECTIONS, ServerGuard};
+pub use guard::{
+    ApiTokens, ClockSource, DEFAULT_MAX_CONNECTIONS, DEFAULT_QUIET_TIMEOUT, ServerGuard,
+};
 
 use crate::limiter::{DEFAULT_NEAR_CACHE_CAPACITY, DEFAULT_TIMEOUT, FailureMode};
 use crate::policy::{LimitSpec, PLAIN_NAME_RULE, Policy, is_plain_name};

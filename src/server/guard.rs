@@ -99,6 +99,16 @@ impl Guard {
         self.refused.load(Ordering::Relaxed)
     }
 
+    /// Connections holding a place under the cap now.
+    pub fn open_connections(&self) -> usize {
+        self.open.load(Ordering::Relaxed)
+    }
+
+    /// How long a gRPC connection may send nothing before it is closed.
+    pub(crate) fn quiet_timeout(&self) -> Duration {
+        self.settings.quiet_timeout
+    }
+
     /// The 401 for a request that needs a token and has no valid one;
     /// `None` lets it through. No allocation when it passes.
     pub(crate) fn refuse<B>(&self, request: &Request<B>) -> Option<Response<Body>> {

@@ -144,6 +144,11 @@ impl App {
         self.guard.refused_connections()
     }
 
+    /// Connections holding a place under the cap now, HTTP and gRPC.
+    pub fn open_connections(&self) -> usize {
+        self.guard.open_connections()
+    }
+
     /// Serve these Envoy RLS rules (see [`rls::serve`]).
     #[cfg(feature = "grpc")]
     pub fn with_rls(mut self, rls: rls::Rls) -> App {

@@ -3,15 +3,26 @@
 //! and the gRPC faces, and an accept error that backs off rather than
 //! ending the server (tonic's own listener stream stops serving on errors
 //! such as running out of file descriptors).
+//!
+//! A place is given back when the connection ends, so a connection that
+//! never ends must not keep one: HTTP/1 connections are closed when a
+//! request's headers take too long, and here a connection from which
+//! nothing has been read for the quiet timeout is closed. The server pings
+//! every connection three times as often (`serve_with`), and a live HTTP/2
+//! peer answers each ping, so an idle Envoy keeps its connections while a
+//! peer that never speaks HTTP/2, or has gone, gives its place back.
 
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
+use tokio::time::{Instant, Sleep};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::server::Connected;
 
@@ -21,7 +32,26 @@ use super::super::guard::Permit;
 /// A connection holding its place under the cap until it is dropped.
 pub(super) struct Capped {
     stream: TcpStream,
+    /// When the peer last sent something, and how long it may stay quiet.
+    heard_at: Instant,
+    quiet_timeout: Duration,
+    /// Wakes the reader to look at `heard_at`; moved on only when it fires,
+    /// so a busy connection costs no timer work per read.
+    quiet_check: Pin<Box<Sleep>>,
     _permit: Permit,
+}
+
+impl Capped {
+    fn new(stream: TcpStream, permit: Permit, quiet_timeout: Duration) -> Capped {
+        let now = Instant::now();
+        Capped {
+            stream,
+            heard_at: now,
+            quiet_timeout,
+            quiet_check: Box::pin(tokio::time::sleep_until(now + quiet_timeout)),
+            _permit: permit,
+        }
+    }
 }
 
 /// The accepted connections of `listener`, as tonic takes them. The accept
@@ -38,10 +68,7 @@ pub(super) fn incoming(
                 accepted = app.guard.accept(&listener) => accepted,
                 () = sender.closed() => break,
             };
-            let capped = Capped {
-                stream,
-                _permit: permit,
-            };
+            let capped = Capped::new(stream, permit, app.guard.quiet_timeout());
             if sender.send(Ok(capped)).await.is_err() {
                 break;
             }
@@ -64,7 +91,26 @@ impl AsyncRead for Capped {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_read(cx, buf)
+        let this = &mut *self;
+        let filled = buf.filled().len();
+        if let Poll::Ready(read) = Pin::new(&mut this.stream).poll_read(cx, buf) {
+            if buf.filled().len() > filled {
+                this.heard_at = Instant::now();
+            }
+            return Poll::Ready(read);
+        }
+        // Nothing to read now: has the peer been quiet too long?
+        loop {
+            ready!(this.quiet_check.as_mut().poll(cx));
+            let deadline = this.heard_at + this.quiet_timeout;
+            if Instant::now() >= deadline {
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("the peer sent nothing for {:?}", this.quiet_timeout),
+                )));
+            }
+            this.quiet_check.as_mut().reset(deadline);
+        }
     }
 }
 

@@ -142,8 +142,11 @@ async fn serve_with(
 ) -> Result<(), tonic::transport::Error> {
     use pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
     let incoming = capped::incoming(listener, app.clone());
+    // Pings that a live peer answers within its quiet timeout (`capped`).
+    let ping_every = app.guard.quiet_timeout() / 3;
     let service = RlsService { app, rls };
     tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(ping_every))
         .add_service(RateLimitServiceServer::new(service))
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await
