@@ -21,7 +21,7 @@ use slidegate::server::rls::pb::envoy::service::ratelimit::v3::{
 use slidegate::server::rls::{self, Rls, RuleSet};
 use slidegate::server::{self, App};
 use slidegate::{AnyStore, Limiter, ManualClock, MemoryStore};
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::oneshot;
 use tonic::transport::Channel;
 
@@ -634,6 +634,50 @@ async fn connections_past_the_cap_are_closed_at_once() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// The HTTP and gRPC listeners of one app share one cap: places held on
+/// the gRPC port are missing on the HTTP one, and come back to it.
+#[tokio::test]
+async fn the_http_and_grpc_listeners_share_one_cap() {
+    let guard = ServerGuard {
+        max_connections: 2,
+        ..ServerGuard::default()
+    };
+    let rls = TestRls::start_guarded(memory(), CONFIG, guard).await;
+    let http = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let http_addr = http.local_addr().unwrap();
+    tokio::spawn(server::serve(http, rls.app.clone(), std::future::pending()));
+    let healthz = || async {
+        let mut stream = tokio::net::TcpStream::connect(http_addr).await.unwrap();
+        let _ = stream
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await;
+        let mut answer = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut answer)).await;
+        String::from_utf8_lossy(&answer).into_owned()
+    };
+    let one = || request("test", vec![descriptor(&[("five", "x")])]);
+
+    let mut held = vec![rls.client().await, rls.client().await];
+    for client in &mut held {
+        assert_eq!(ask(client, one()).await.overall_code(), Code::Ok);
+    }
+    assert_eq!(rls.app.open_connections(), 2);
+    // Both places are taken on the gRPC port: HTTP is closed at accept.
+    assert_eq!(healthz().await, "", "HTTP was answered past the cap");
+    assert_eq!(rls.app.refused_connections(), 1);
+
+    drop(held);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while rls.app.open_connections() > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no place freed within 5 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(healthz().await.starts_with("HTTP/1.1 200"));
 }
 
 /// A connection to the gRPC port that sends nothing gives its place under
