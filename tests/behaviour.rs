@@ -428,7 +428,8 @@ impl Clock for Scripted {
 /// have read the first bucket without this check's increment: the
 /// increment is taken back and the check decided again in the new bucket.
 /// A check that crosses a boundary on each of its 3 attempts is left to the
-/// failure mode, with nothing left counted.
+/// failure mode: refused with nothing left counted under deny, admitted
+/// and counted under allow and local.
 async fn a_check_whose_bucket_ends_in_flight_is_decided_again<S: Store>(store: S) {
     let store = Arc::new(store);
     let start = common::today_ms() + 10_000;
