@@ -32,6 +32,7 @@ mod counters;
 // What a check answers.
 mod decision;
 
+use boundary::Crossing;
 pub(crate) use counters::Counts;
 use counters::{Layout, layout};
 use decision::validate;
@@ -273,24 +274,34 @@ impl<S: Store> Limiter<S> {
                 };
                 self.remember(near_key, policy, &counts, after_rollback, cost, now_ms);
             } else if counting == Counting::IfAdmitted
-                && let Some(next) =
-                    boundary::recheck(policy.limits(), now_ms, self.clock.now_ms(), attempt)
+                && let Some(crossing) = boundary::recheck(
+                    policy.limits(),
+                    now_ms,
+                    self.clock.now_ms(),
+                    attempt,
+                    self.failure_mode,
+                )
             {
-                if let Err(error) = next {
-                    self.metrics.store_error(&error);
-                    if self.failure_mode != FailureMode::Deny {
+                match crossing {
+                    Crossing::Stands(error) => {
+                        self.metrics.store_error(&error);
                         let decision = Decision::new(verdict, Source::Store);
                         return Ok(self.done(boundary::stands(decision)));
                     }
-                    self.roll_back(&batch.adds, cost, now_ms).await;
-                    return self
-                        .fall_back(error, policy, &layouts, &batch, counting, now_ms)
-                        .await;
+                    Crossing::Refused(error) => {
+                        self.metrics.store_error(&error);
+                        self.roll_back(&batch.adds, cost, now_ms).await;
+                        return self
+                            .fall_back(error, policy, &layouts, &batch, counting, now_ms)
+                            .await;
+                    }
+                    Crossing::Retry => {
+                        self.roll_back(&batch.adds, cost, now_ms).await;
+                        now_ms = self.clock.now_ms();
+                        attempt += 1;
+                        continue;
+                    }
                 }
-                self.roll_back(&batch.adds, cost, now_ms).await;
-                now_ms = self.clock.now_ms();
-                attempt += 1;
-                continue;
             }
             return Ok(self.done(Decision::new(verdict, Source::Store)));
         }

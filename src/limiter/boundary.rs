@@ -30,34 +30,50 @@
 //! Admitting it uncounted instead, as for a store that failed, would make
 //! such short sub-buckets limit nothing at all.
 
-use super::{Decision, Source};
+use super::{Decision, FailureMode, Source};
 use crate::policy::Limit;
 use crate::store::StoreError;
 
 /// Attempts per check: the first, and two more for boundaries crossed.
 const MOST_ATTEMPTS: u32 = 3;
 
+/// What an admission that crossed a boundary calls for.
+#[derive(Debug)]
+pub(super) enum Crossing {
+    /// Take its increments back and decide again at the clock's reading
+    /// after the take-back, whose round trip moved time on too.
+    Retry,
+    /// Its last attempt, under `allow` or `local`: the admission stands,
+    /// counted ([`stands`]). The error is the store's, for the metrics.
+    Stands(StoreError),
+    /// Its last attempt, under `deny`: take its increments back and let
+    /// the failure mode refuse it with this error.
+    Refused(StoreError),
+}
+
 /// Whether the admission of attempt number `attempt` (from 1), decided at
 /// `decided_at_ms` under `limits`, stands now that the clock reads
-/// `now_ms`: `None` if it does. Otherwise its increments must be taken
-/// back, and then the check decided again (`Ok`) at the clock's reading
-/// after the take-back, whose round trip moved time on too, or, after its
-/// last attempt, left to the failure mode (`Err`).
+/// `now_ms`: `None` if it does, otherwise what the crossing calls for
+/// under `failure_mode`.
 pub(super) fn recheck<'a>(
     limits: impl IntoIterator<Item = &'a Limit>,
     decided_at_ms: u64,
     now_ms: u64,
     attempt: u32,
-) -> Option<Result<(), StoreError>> {
+    failure_mode: FailureMode,
+) -> Option<Crossing> {
     if !crossed(limits, decided_at_ms, now_ms) {
         return None;
     }
-    Some(if attempt < MOST_ATTEMPTS {
-        Ok(())
-    } else {
-        Err(StoreError::Overloaded(format!(
-            "each of {MOST_ATTEMPTS} attempts took the store longer than a bucket boundary allowed"
-        )))
+    if attempt < MOST_ATTEMPTS {
+        return Some(Crossing::Retry);
+    }
+    let error = StoreError::Overloaded(format!(
+        "each of {MOST_ATTEMPTS} attempts took the store longer than a bucket boundary allowed"
+    ));
+    Some(match failure_mode {
+        FailureMode::Deny => Crossing::Refused(error),
+        FailureMode::Allow | FailureMode::Local => Crossing::Stands(error),
     })
 }
 
@@ -106,10 +122,28 @@ mod tests {
     #[test]
     fn a_crossing_is_decided_again_until_the_last_attempt() {
         let second = Limit::new(10, 1_000, 1).unwrap();
-        assert!(recheck([&second], 12_000, 12_999, 1).is_none());
-        assert!(recheck([&second], 12_999, 13_000, 1).unwrap().is_ok());
-        assert!(recheck([&second], 13_999, 14_000, 2).unwrap().is_ok());
-        let error = recheck([&second], 14_999, 15_000, 3).unwrap().unwrap_err();
+        let deny = FailureMode::Deny;
+        assert!(recheck([&second], 12_000, 12_999, 1, deny).is_none());
+        assert!(matches!(
+            recheck([&second], 12_999, 13_000, 1, deny),
+            Some(Crossing::Retry)
+        ));
+        assert!(matches!(
+            recheck([&second], 13_999, 14_000, 2, deny),
+            Some(Crossing::Retry)
+        ));
+        let Some(Crossing::Refused(error)) = recheck([&second], 14_999, 15_000, 3, deny) else {
+            panic!("deny refuses a check that crossed on every attempt");
+        };
         assert!(error.to_string().contains("3 attempts"), "{error}");
+        for mode in [FailureMode::Allow, FailureMode::Local] {
+            assert!(
+                matches!(
+                    recheck([&second], 14_999, 15_000, 3, mode),
+                    Some(Crossing::Stands(_))
+                ),
+                "{mode:?}"
+            );
+        }
     }
 }

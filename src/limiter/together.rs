@@ -86,23 +86,26 @@ impl<S: Store> Limiter<S> {
                     let counted = counting == Counting::IfAdmitted
                         && decisions.iter().all(|(_, decision)| decision.counted);
                     let limits = items.iter().flat_map(|item| item.policy.limits());
-                    let next = if counted {
-                        boundary::recheck(limits, now_ms, self.clock.now_ms(), attempt)
+                    let crossing = if counted {
+                        let now = self.clock.now_ms();
+                        boundary::recheck(limits, now_ms, now, attempt, self.failure_mode)
                     } else {
                         None
                     };
-                    let Some(next) = next else {
+                    let Some(crossing) = crossing else {
                         break decisions;
                     };
-                    if let Err(error) = &next {
-                        self.metrics.store_error(error);
-                        if self.failure_mode != FailureMode::Deny {
+                    let refused = match crossing {
+                        Crossing::Stands(error) => {
+                            self.metrics.store_error(&error);
                             break decisions
                                 .into_iter()
                                 .map(|(index, decision)| (index, boundary::stands(decision)))
                                 .collect();
                         }
-                    }
+                        Crossing::Retry => None,
+                        Crossing::Refused(error) => Some(error),
+                    };
                     let batches = groups.iter().filter(|group| !group.batch.adds.is_empty());
                     join_all(
                         batches
@@ -110,14 +113,13 @@ impl<S: Store> Limiter<S> {
                             .collect(),
                     )
                     .await;
-                    match next {
-                        Ok(()) => {
-                            now_ms = self.clock.now_ms();
-                            attempt += 1;
-                            continue;
-                        }
-                        Err(error) => error,
-                    }
+                    let Some(error) = refused else {
+                        now_ms = self.clock.now_ms();
+                        attempt += 1;
+                        continue;
+                    };
+                    self.metrics.store_error(&error);
+                    error
                 }
                 Err(error) => error,
             };
