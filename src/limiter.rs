@@ -199,9 +199,21 @@ impl<S: Store> Limiter<S> {
         result
     }
 
-    /// Whether the store answers within the timeout.
+    /// Whether the store answers within the timeout (any node of it).
     pub async fn ready(&self) -> Result<(), StoreError> {
         self.timed(self.store.ping()).await
+    }
+
+    /// [`ready`](Self::ready), with each node's state: what `/readyz`
+    /// answers. A store slower than the timeout is not ready.
+    pub async fn readiness(&self) -> crate::store::Readiness {
+        match tokio::time::timeout(self.timeout, self.store.readiness()).await {
+            Ok(readiness) => readiness,
+            Err(_) => crate::store::Readiness {
+                result: Err(StoreError::Timeout(self.timeout.as_millis() as u64)),
+                nodes: Vec::new(),
+            },
+        }
     }
 
     pub fn store(&self) -> &S {

@@ -336,9 +336,9 @@ async fn malformed_older_and_empty_configs_keep_the_node_list() {
         topology
             .nodes
             .iter()
-            .map(|(name, _)| name)
+            .map(|node| &node.name)
             .collect::<Vec<_>>(),
-        kept.iter().map(|(name, _)| name).collect::<Vec<_>>()
+        kept.iter().map(|node| &node.name).collect::<Vec<_>>()
     );
     let count = |wanted: &str| {
         topology

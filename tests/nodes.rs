@@ -120,7 +120,7 @@ async fn a_returned_node_is_used_on_its_first_live_connection() {
     let store = Arc::new(MemcachedStore::connect(&options).await.unwrap());
     let limiter = Limiter::builder(store.clone()).build();
     let policy = Policy::new("back", vec![Limit::new(1_000_000, 3_600_000, 1).unwrap()]).unwrap();
-    let live = || store.topology().nodes[0].1;
+    let live = || store.topology().nodes[0].live();
     wait_for("4 connections up", || live() == 4).await;
 
     // The node goes away; the connections redial with growing backoff.

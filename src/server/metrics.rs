@@ -218,8 +218,43 @@ impl prometheus_client::collector::Collector for TopologyCollector {
             None,
             MetricType::Gauge,
         )?;
-        for (node, live) in &snapshot.nodes {
-            gauge(*live).encode(connections.encode_family(&[("node", node.as_str())])?)?;
+        for node in &snapshot.nodes {
+            gauge(node.live())
+                .encode(connections.encode_family(&[("node", node.name.as_str())])?)?;
+        }
+        let mut states = encoder.encode_descriptor(
+            "slidegate_store_connections",
+            "Connections per Memcached node by state: ready, overdue (a reply later than the call \
+             timeout: it takes no new requests), down (being dialled).",
+            None,
+            MetricType::Gauge,
+        )?;
+        for node in &snapshot.nodes {
+            let counts = node.states;
+            for (state, count) in [
+                ("ready", counts.ready),
+                ("overdue", counts.overdue),
+                ("down", counts.down),
+            ] {
+                gauge(count).encode(
+                    states.encode_family(&[("node", node.name.as_str()), ("state", state)])?,
+                )?;
+            }
+        }
+        let mut redials = encoder.encode_descriptor(
+            "slidegate_store_redials",
+            "Connections to a Memcached node dialled again, by reason: failed (the connection or a \
+             dial failed), stalled (a reply later than the stall bound), overdue (an extra \
+             connection while all were overdue), moved (the node's address changed).",
+            None,
+            MetricType::Counter,
+        )?;
+        for node in &snapshot.nodes {
+            for (reason, count) in &node.redials {
+                ConstCounter::new(*count).encode(
+                    redials.encode_family(&[("node", node.name.as_str()), ("reason", *reason)])?,
+                )?;
+            }
         }
         Ok(())
     }

@@ -272,22 +272,39 @@ fn auth_key(
     Ok(peer_ip.to_string())
 }
 
+/// Ready while the store can decide for some keys: with several Memcached
+/// nodes, while any answers (a lost node costs only its own keys; taking
+/// every replica out of the load balancer would cost all of them, and
+/// under `deny` too, since every replica shares the same nodes). The body
+/// names each node and whether it answered.
 async fn ready(app: &App) -> Response<Body> {
-    let store = app.limiter.store();
-    match app.limiter.ready().await {
-        Ok(()) => api::json(
+    let store = crate::store::Store::kind(app.limiter.store());
+    let readiness = app.limiter.readiness().await;
+    let (status, mut body) = match &readiness.result {
+        Ok(()) => (
             StatusCode::OK,
-            serde_json::json!({ "status": "ready", "store": crate::store::Store::kind(store) }),
+            serde_json::json!({ "status": "ready", "store": store }),
         ),
-        Err(error) => api::json(
+        Err(error) => (
             StatusCode::SERVICE_UNAVAILABLE,
             serde_json::json!({
                 "status": "unavailable",
-                "store": crate::store::Store::kind(store),
+                "store": store,
                 "error": error.to_string(),
             }),
         ),
+    };
+    if !readiness.nodes.is_empty() {
+        body["nodes"] = readiness
+            .nodes
+            .iter()
+            .map(|node| {
+                let state = if node.up { "up" } else { "down" };
+                serde_json::json!({ "node": node.node, "state": state })
+            })
+            .collect();
     }
+    api::json(status, body)
 }
 
 #[cfg(test)]

@@ -19,7 +19,8 @@ pub mod memory;
 
 #[cfg(feature = "memcached")]
 pub use memcached::{
-    MemcachedClock, MemcachedOptions, MemcachedStore, TlsOptions, TopologySnapshot, TopologySource,
+    ConnectionStates, MemcachedClock, MemcachedOptions, MemcachedStore, NodeSnapshot, TlsOptions,
+    TopologySnapshot, TopologySource,
 };
 pub use memory::{DEFAULT_MEMORY_CAPACITY, MemoryStore};
 
@@ -147,11 +148,38 @@ pub trait Store: Send + Sync + 'static {
         now_ms: u64,
     ) -> impl Future<Output = Result<Vec<Option<u64>>, StoreError>> + Send;
 
-    /// Whether the store answers.
+    /// Whether the store can decide: for a store of several nodes, whether
+    /// any node answers (a lost node costs only its own keys).
     fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// [`ping`](Self::ping), with the state of each node: what `/readyz`
+    /// tells. A store of one process has no nodes to name.
+    fn readiness(&self) -> impl Future<Output = Readiness> + Send {
+        async move {
+            Readiness {
+                result: self.ping().await,
+                nodes: Vec::new(),
+            }
+        }
+    }
 
     /// `memory` or `memcached`, for logs, metrics and `/readyz`.
     fn kind(&self) -> &'static str;
+}
+
+/// Whether a store can decide, node by node.
+#[derive(Debug)]
+pub struct Readiness {
+    /// `Ok` while any node answers.
+    pub result: Result<(), StoreError>,
+    /// Each node (`host:port`) and whether it answered.
+    pub nodes: Vec<NodeReadiness>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeReadiness {
+    pub node: String,
+    pub up: bool,
 }
 
 /// A shared store: several limiters (say, with different failure modes) can
@@ -175,6 +203,10 @@ impl<S: Store> Store for std::sync::Arc<S> {
 
     fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
         (**self).ping()
+    }
+
+    fn readiness(&self) -> impl Future<Output = Readiness> + Send {
+        (**self).readiness()
     }
 
     fn kind(&self) -> &'static str {
@@ -245,6 +277,14 @@ impl Store for AnyStore {
             AnyStore::Memory(store) => store.ping().await,
             #[cfg(feature = "memcached")]
             AnyStore::Memcached(store) => store.ping().await,
+        }
+    }
+
+    async fn readiness(&self) -> Readiness {
+        match self {
+            AnyStore::Memory(store) => store.readiness().await,
+            #[cfg(feature = "memcached")]
+            AnyStore::Memcached(store) => store.readiness().await,
         }
     }
 

@@ -6,8 +6,10 @@
 //!
 //! It can also hold requests on the way in, as a slow network would, so a
 //! test can decide what another client does while a request is in flight;
-//! and it can cut every connection and let new ones in one at a time, as a
-//! node that comes back while a client's connections redial would.
+//! delay every reply on the way out, as a stalling node would; cut every
+//! connection and let new ones in one at a time, as a node that comes back
+//! while a client's connections redial would; and it counts the
+//! connections its clients hold open.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -21,7 +23,35 @@ pub struct CountingProxy {
     round_trips: Arc<AtomicU64>,
     hold: Arc<Hold>,
     gate: Arc<Gate>,
+    links: Arc<Links>,
     task: tokio::task::JoinHandle<()>,
+}
+
+/// The connections clients hold open through the proxy, and how late each
+/// reply is sent on.
+#[derive(Default)]
+struct Links {
+    open: AtomicUsize,
+    most_open: AtomicUsize,
+    reply_delay_ms: AtomicU64,
+}
+
+/// One client connection's place in [`Links::open`], given back when the
+/// client closes it (or the proxy cuts it).
+struct OpenLink(Arc<Links>);
+
+impl OpenLink {
+    fn new(links: Arc<Links>) -> OpenLink {
+        let open = links.open.fetch_add(1, Ordering::SeqCst) + 1;
+        links.most_open.fetch_max(open, Ordering::SeqCst);
+        OpenLink(links)
+    }
+}
+
+impl Drop for OpenLink {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// Which connections may pass: new ones while `admissions` lasts, old ones
@@ -55,6 +85,8 @@ impl CountingProxy {
             cuts: watch::Sender::new(0),
         });
         let gated = gate.clone();
+        let links = Arc::new(Links::default());
+        let linked = links.clone();
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 // Before admission: a cut while this one dials upstream ends it.
@@ -76,7 +108,15 @@ impl CountingProxy {
                 };
                 let _ = client.set_nodelay(true);
                 let _ = server.set_nodelay(true);
-                tokio::spawn(relay(client, server, counter.clone(), held.clone(), cut));
+                let link = OpenLink::new(linked.clone());
+                tokio::spawn(relay(
+                    client,
+                    server,
+                    counter.clone(),
+                    held.clone(),
+                    cut,
+                    link,
+                ));
             }
         });
         CountingProxy {
@@ -84,8 +124,26 @@ impl CountingProxy {
             round_trips,
             hold,
             gate,
+            links,
             task,
         }
+    }
+
+    /// Send every reply on `ms` milliseconds late (0: at once). Each chunk
+    /// read from memcached waits in turn, so replies queue up behind a
+    /// delay as they would behind a stalled node.
+    pub fn delay_replies(&self, ms: u64) {
+        self.links.reply_delay_ms.store(ms, Ordering::SeqCst);
+    }
+
+    /// Client connections open through the proxy now.
+    pub fn open_connections(&self) -> usize {
+        self.links.open.load(Ordering::SeqCst)
+    }
+
+    /// The most client connections that were open at once.
+    pub fn most_open_connections(&self) -> usize {
+        self.links.most_open.load(Ordering::SeqCst)
     }
 
     /// Close every connection now, and refuse new ones (accepted and closed
@@ -138,7 +196,9 @@ async fn relay(
     round_trips: Arc<AtomicU64>,
     hold: Arc<Hold>,
     mut cut: watch::Receiver<u64>,
+    link: OpenLink,
 ) {
+    let links = link.0.clone();
     let (mut client_read, mut client_write) = client.into_split();
     let (mut server_read, mut server_write) = server.into_split();
     let awaiting = Arc::new(AtomicBool::new(false));
@@ -163,6 +223,9 @@ async fn relay(
                 break;
             }
         }
+        // The client closed: its connection is no longer open, whatever
+        // memcached still sends back.
+        drop(link);
         let _ = server_write.shutdown().await;
     };
     let downstream = async move {
@@ -172,6 +235,10 @@ async fn relay(
                 Ok(0) | Err(_) => break,
                 Ok(read) => read,
             };
+            let delay = links.reply_delay_ms.load(Ordering::SeqCst);
+            if delay > 0 {
+                tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
+            }
             // Cleared before the client can see the answer, so its next
             // request always starts a new round trip.
             awaiting_answer.store(false, Ordering::SeqCst);

@@ -28,13 +28,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
+pub use self::conn::ConnectionStates;
 use self::conn::{Commands, Delivery, Node, Settings, Target};
 use self::dial::Dialer;
 use self::discovery::{ClusterConfig, PollResult};
 use self::wire::{Command, Reply};
 use super::{
-    BatchCounts, CounterBatch, CounterKey, DEFAULT_CONNECTIONS, DEFAULT_DISCOVERY_INTERVAL, Store,
-    StoreError, Values, bucket_ttl_secs,
+    BatchCounts, CounterBatch, CounterKey, DEFAULT_CONNECTIONS, DEFAULT_DISCOVERY_INTERVAL,
+    NodeReadiness, Readiness, Store, StoreError, Values, bucket_ttl_secs,
 };
 use crate::policy::{PLAIN_NAME_RULE, is_plain_name};
 
@@ -61,12 +62,14 @@ pub struct MemcachedOptions {
     pub tls: Option<TlsOptions>,
     /// Prefix of every key, so several deployments can share a cluster.
     pub namespace: String,
-    /// The limiter's bound on each call. The store uses it for `ping`, and
-    /// derives from it how late a reply may be before its connection is
-    /// dropped as stalled (20 times it, at least a second).
+    /// The limiter's bound on each call. The store uses it for `ping`; a
+    /// connection whose oldest reply is later than it is overdue and takes
+    /// no new requests; and one 20 times as late (at least a second) is
+    /// dropped as stalled.
     pub timeout: Duration,
     /// Multiplexed connections per server. Each carries any number of
-    /// concurrent requests, so a few are enough.
+    /// concurrent requests, so a few are enough. While every one of a
+    /// node's connections is overdue, up to as many extra ones are dialled.
     pub connections: usize,
     /// Requests that may wait for one connection; past it a call fails at
     /// once (a store error: the failure mode decides) instead of queueing
@@ -141,16 +144,21 @@ impl Topology {
             if next.names.contains(&name) {
                 continue;
             }
-            let node = match current.names.iter().position(|known| *known == name) {
-                Some(at) => current.nodes[at].clone(),
-                None => Arc::new(Node::spawn(
-                    Target {
-                        addr: entry.dial_addr(),
-                        server_name: Some(entry.server_name().to_owned()),
-                    },
-                    settings.clone(),
-                    dialer.clone(),
-                )),
+            let target = Target {
+                addr: entry.dial_addr(),
+                server_name: Some(entry.server_name().to_owned()),
+            };
+            let known = current.names.iter().position(|known| *known == name);
+            let node = match known.map(|at| &current.nodes[at]) {
+                Some(node) if *node.target() == target => node.clone(),
+                // Replaced by ElastiCache: same name (so the same share of
+                // keys), new address. The old connections close once their
+                // last caller is done with them.
+                Some(node) => {
+                    tracing::warn!(node = %name, from = %node.target().addr, to = %target.addr, "memcached node moved; dialling its new address");
+                    Arc::new(node.moved(target, settings.clone(), dialer.clone()))
+                }
+                None => Arc::new(Node::spawn(target, settings.clone(), dialer.clone())),
             };
             next.push(name, node);
         }
@@ -200,8 +208,7 @@ impl DiscoveryStatus {
 /// What the store is connected to now, for the metrics and `/readyz`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TopologySnapshot {
-    /// Each node's `host:port` and how many of its connections are up.
-    pub nodes: Vec<(String, usize)>,
+    pub nodes: Vec<NodeSnapshot>,
     /// The cluster config version in use (discovery only).
     pub version: Option<u64>,
     /// Discovery polls by result (`applied`, `ignored`, `malformed`,
@@ -210,6 +217,26 @@ pub struct TopologySnapshot {
     pub tls: bool,
     /// TLS handshakes that failed, the discovery endpoint's included.
     pub tls_failures: u64,
+}
+
+/// One node's connections.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeSnapshot {
+    /// `host:port`, from the configuration or the cluster config.
+    pub name: String,
+    /// Where its connections are dialled (the address discovery gave).
+    pub addr: String,
+    /// Its connections by state (ready, overdue, down).
+    pub states: ConnectionStates,
+    /// Its redials by reason (`failed`, `stalled`, `overdue`, `moved`).
+    pub redials: Vec<(&'static str, u64)>,
+}
+
+impl NodeSnapshot {
+    /// Connections up now, ready or overdue.
+    pub fn live(&self) -> usize {
+        self.states.ready + self.states.overdue
+    }
 }
 
 /// A handle on the store's topology that outlives borrowing the store:
@@ -234,7 +261,12 @@ impl TopologySource {
                 .names
                 .iter()
                 .zip(&topology.nodes)
-                .map(|(name, node)| (name.clone(), node.live_connections()))
+                .map(|(name, node)| NodeSnapshot {
+                    name: name.clone(),
+                    addr: node.target().addr.clone(),
+                    states: node.connection_states(),
+                    redials: node.redials().to_vec(),
+                })
                 .collect(),
             version: topology.version,
             polls: PollResult::ALL
@@ -290,6 +322,7 @@ impl MemcachedStore {
             namespace: Arc::from(options.namespace.as_str()),
             connections: options.connections.max(1),
             queue_depth: options.queue_depth.max(1),
+            overdue_after: options.timeout,
             stall_timeout: (options.timeout * 20).max(Duration::from_secs(1)),
         });
         let topology = match &options.discovery {
@@ -450,19 +483,67 @@ impl Store for MemcachedStore {
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
+        self.readiness().await.result
+    }
+
+    /// Every node pinged at once; ready while any answers. A lost node
+    /// costs only its own keys, so it does not take the service's
+    /// readiness away (a load balancer would drop every replica at once).
+    async fn readiness(&self) -> Readiness {
         let topology = self.cell.load();
         if topology.nodes.is_empty() {
-            return Err(self.no_nodes());
+            return Readiness {
+                result: Err(self.no_nodes()),
+                nodes: Vec::new(),
+            };
         }
-        for node in &topology.nodes {
-            let call = node.call(Commands::from_slice(&[Command::Noop]), Delivery::Plain);
-            match tokio::time::timeout(self.timeout, call).await {
-                Ok(Ok(_)) => {}
-                Ok(Err(error)) => return Err(error),
-                Err(_) => return Err(StoreError::Timeout(self.timeout.as_millis() as u64)),
+        let mut pings = tokio::task::JoinSet::new();
+        for (at, node) in topology.nodes.iter().enumerate() {
+            let (node, timeout) = (node.clone(), self.timeout);
+            pings.spawn(async move {
+                let call = node.call(Commands::from_slice(&[Command::Noop]), Delivery::Plain);
+                let answered = match tokio::time::timeout(timeout, call).await {
+                    Ok(answered) => answered.map(drop),
+                    Err(_) => Err(StoreError::Timeout(timeout.as_millis() as u64)),
+                };
+                (at, answered)
+            });
+        }
+        let mut answers: Vec<Option<Result<(), StoreError>>> =
+            topology.nodes.iter().map(|_| None).collect();
+        while let Some(joined) = pings.join_next().await {
+            if let Ok((at, answered)) = joined {
+                answers[at] = Some(answered);
             }
         }
-        Ok(())
+        let nodes = topology
+            .names
+            .iter()
+            .zip(&answers)
+            .map(|(name, answer)| NodeReadiness {
+                node: name.clone(),
+                up: matches!(answer, Some(Ok(()))),
+            })
+            .collect();
+        let mut first_error = None;
+        for answer in answers {
+            match answer {
+                Some(Ok(())) => {
+                    return Readiness {
+                        result: Ok(()),
+                        nodes,
+                    };
+                }
+                Some(Err(error)) => {
+                    first_error.get_or_insert(error);
+                }
+                None => {}
+            }
+        }
+        Readiness {
+            result: Err(first_error.unwrap_or_else(|| unexpected("no node's ping finished"))),
+            nodes,
+        }
     }
 
     fn kind(&self) -> &'static str {

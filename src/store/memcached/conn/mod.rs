@@ -1,0 +1,391 @@
+//! Multiplexed, pipelined connections to one Memcached node.
+//!
+//! Any number of tasks hand requests (a few meta commands each) to a
+//! connection's bounded queue; a writer sends everything queued in one
+//! write and a reader parses the replies in order and completes each
+//! waiting request. N concurrent checks cost one write and one read, not N
+//! of each, and no caller ever holds a connection.
+//!
+//! | file | owns |
+//! |---|---|
+//! | `mod.rs` | a node's connection slots: routing a call, dialling, serving, ending a connection |
+//! | [`queue`] | the callers' queue and the batching of writes |
+//! | [`reader`] | the reader and its FIFO of written requests; outcomes and their undo |
+//! | [`health`] | the pure policy: overdue, stalled, extra connections, which slot takes a request |
+//!
+//! The stream stays in step whatever the callers do:
+//! - a request whose caller stopped waiting before it was written is not
+//!   sent at all, so the counters are untouched;
+//! - a request whose caller stopped waiting after it was written keeps its
+//!   place: its replies are read and dropped in order. If they carry
+//!   additions that were applied, the additions are taken back (an
+//!   [`Outcome`] that nobody claims undoes itself), so Memcached counts only
+//!   what a caller was told was counted;
+//! - every command carries an opaque token that the reply must echo, so a
+//!   reply can never be paired with the wrong command;
+//! - a parse error, EOF, a write error, or a reply overdue beyond the stall
+//!   bound drops the connection: everything pending on it fails as a
+//!   transient store error (never retried: a lost increment's outcome is
+//!   unknown), and the connection is dialled again with backoff.
+//!
+//! And a slow stretch ends with it: a connection whose oldest reply is late
+//! beyond the call timeout takes no new requests (they would only time out
+//! behind the late ones); new requests go to a ready connection, or to an
+//! extra one dialled for them, and the overdue one takes requests again
+//! once its late replies are in (see [`health`]).
+
+mod health;
+mod queue;
+mod reader;
+mod slot;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use smallvec::SmallVec;
+use tokio::sync::{mpsc, oneshot};
+
+use self::health::{Bounds, Phase, Pick, State, View};
+use self::queue::Request;
+use self::slot::{Slot, supervise, supervise_extra};
+use super::dial::Dialer;
+use super::wire::{Command, Reply};
+use crate::store::StoreError;
+
+pub use self::queue::Delivery;
+
+pub type Commands = SmallVec<[Command; 4]>;
+pub type Replies = SmallVec<[Reply; 4]>;
+
+/// How the connections of a node behave.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub namespace: Arc<str>,
+    /// Connections per node; as many extra ones may be dialled while these
+    /// are overdue.
+    pub connections: usize,
+    /// Requests that may wait in one connection's queue; past it a call
+    /// fails at once, so the failure mode decides instead of a queue.
+    pub queue_depth: usize,
+    /// The call timeout: a connection whose oldest reply is later than this
+    /// is overdue and takes no new requests.
+    pub overdue_after: Duration,
+    /// A reply this late drops the connection.
+    pub stall_timeout: Duration,
+}
+
+/// Where a node is: the address to dial and, over TLS, the name its
+/// certificate must carry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Target {
+    pub addr: String,
+    pub server_name: Option<String>,
+}
+
+/// Why a connection slot dialled again: the `reason` label of
+/// `slidegate_store_redials_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Redial {
+    /// The connection failed (EOF, I/O or protocol error), or a dial did.
+    Failed,
+    /// A reply was late beyond the stall bound.
+    Stalled,
+    /// Every connection was overdue: an extra one was dialled.
+    Overdue,
+    /// The node's address changed (ElastiCache replaced it).
+    Moved,
+}
+
+impl Redial {
+    pub const ALL: [Redial; 4] = [
+        Redial::Failed,
+        Redial::Stalled,
+        Redial::Overdue,
+        Redial::Moved,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Redial::Failed => "failed",
+            Redial::Stalled => "stalled",
+            Redial::Overdue => "overdue",
+            Redial::Moved => "moved",
+        }
+    }
+}
+
+/// A node's redials by reason; kept across a change of the node's address.
+#[derive(Debug, Default)]
+pub struct Redials([AtomicU64; Redial::ALL.len()]);
+
+impl Redials {
+    pub fn count(&self, reason: Redial) {
+        self.0[reason as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn by_reason(&self) -> [(&'static str, u64); Redial::ALL.len()] {
+        Redial::ALL.map(|reason| {
+            (
+                reason.as_str(),
+                self.0[reason as usize].load(Ordering::Relaxed),
+            )
+        })
+    }
+}
+
+/// The node's own time, in microseconds: what "written at" and "overdue"
+/// are measured in, monotonic.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct NodeClock(Instant);
+
+impl NodeClock {
+    pub(super) fn now_us(self) -> u64 {
+        u64::try_from(self.0.elapsed().as_micros()).unwrap_or(u64::MAX)
+    }
+}
+
+/// One connection slot's state, read lock-free by every call's routing.
+#[derive(Debug)]
+pub(super) struct SlotStatus {
+    phase: AtomicU8,
+    /// When the oldest unanswered request was written, in the node's
+    /// microseconds plus one; 0 when nothing is unanswered.
+    oldest_unanswered: AtomicU64,
+    extra: bool,
+}
+
+impl SlotStatus {
+    fn new(extra: bool) -> SlotStatus {
+        let phase = if extra { Phase::Idle } else { Phase::Dialling };
+        SlotStatus {
+            phase: AtomicU8::new(phase.as_u8()),
+            oldest_unanswered: AtomicU64::new(0),
+            extra,
+        }
+    }
+
+    fn phase(&self) -> Phase {
+        Phase::from_u8(self.phase.load(Ordering::Acquire))
+    }
+
+    fn set_phase(&self, phase: Phase) {
+        self.phase.store(phase.as_u8(), Ordering::Release);
+    }
+
+    /// Idle to dialling; false when another caller got there first.
+    fn activate(&self) -> bool {
+        self.phase
+            .compare_exchange(
+                Phase::Idle.as_u8(),
+                Phase::Dialling.as_u8(),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok()
+    }
+
+    pub(super) fn set_oldest_unanswered(&self, written_us: Option<u64>) {
+        let encoded = written_us.map_or(0, |us| us.saturating_add(1));
+        self.oldest_unanswered.store(encoded, Ordering::Release);
+    }
+
+    fn oldest_unanswered(&self) -> Option<u64> {
+        match self.oldest_unanswered.load(Ordering::Acquire) {
+            0 => None,
+            encoded => Some(encoded - 1),
+        }
+    }
+}
+
+/// What every slot of a node shares.
+struct NodeStatus {
+    slots: Box<[Arc<SlotStatus>]>,
+    /// Configured connections (the first slots); the rest are extras.
+    configured: usize,
+    bounds: Bounds,
+    clock: NodeClock,
+    redials: Arc<Redials>,
+}
+
+impl NodeStatus {
+    fn views(&self) -> SmallVec<[View; 8]> {
+        let now = self.clock.now_us();
+        self.slots
+            .iter()
+            .map(|slot| {
+                let phase = slot.phase();
+                View {
+                    phase,
+                    state: health::state(phase, slot.oldest_unanswered(), now, self.bounds),
+                    extra: slot.extra,
+                }
+            })
+            .collect()
+    }
+}
+
+/// How many of a node's connections are in each state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ConnectionStates {
+    pub ready: usize,
+    pub overdue: usize,
+    pub down: usize,
+}
+
+/// The connections of one node: the configured ones, dialled now and
+/// redialled whenever they drop, and as many extra slots, dialled only
+/// while every connection that is up is overdue.
+pub struct Node {
+    target: Target,
+    queues: Box<[mpsc::Sender<Request>]>,
+    status: Arc<NodeStatus>,
+    next: AtomicUsize,
+}
+
+impl Node {
+    /// Start the connections to `target`, until the node is dropped.
+    pub fn spawn(target: Target, settings: Arc<Settings>, dialer: Arc<Dialer>) -> Node {
+        Node::spawn_counting(target, settings, dialer, Arc::default())
+    }
+
+    /// The same node at a new address (ElastiCache replaced it): its
+    /// redials are carried over, each connection counted as moved.
+    pub fn moved(&self, target: Target, settings: Arc<Settings>, dialer: Arc<Dialer>) -> Node {
+        let redials = self.status.redials.clone();
+        for _ in 0..self.status.configured {
+            redials.count(Redial::Moved);
+        }
+        Node::spawn_counting(target, settings, dialer, redials)
+    }
+
+    fn spawn_counting(
+        target: Target,
+        settings: Arc<Settings>,
+        dialer: Arc<Dialer>,
+        redials: Arc<Redials>,
+    ) -> Node {
+        let configured = settings.connections.max(1);
+        let slots: Box<[Arc<SlotStatus>]> = (0..2 * configured)
+            .map(|index| Arc::new(SlotStatus::new(index >= configured)))
+            .collect();
+        let status = Arc::new(NodeStatus {
+            slots,
+            configured,
+            bounds: Bounds {
+                overdue_after_us: micros(settings.overdue_after),
+                stall_after_us: micros(settings.stall_timeout),
+            },
+            clock: NodeClock(Instant::now()),
+            redials,
+        });
+        let queues = (0..2 * configured)
+            .map(|index| {
+                let (sender, receiver) = mpsc::channel(settings.queue_depth.max(1));
+                let slot = Slot {
+                    target: target.clone(),
+                    settings: settings.clone(),
+                    dialer: dialer.clone(),
+                    node: status.clone(),
+                    index,
+                    requeue: sender.downgrade(),
+                };
+                if index < configured {
+                    tokio::spawn(supervise(slot, receiver));
+                } else {
+                    tokio::spawn(supervise_extra(slot, receiver));
+                }
+                sender
+            })
+            .collect();
+        Node {
+            target,
+            queues,
+            status,
+            next: AtomicUsize::new(0),
+        }
+    }
+
+    /// Where this node's connections are dialled.
+    pub fn target(&self) -> &Target {
+        &self.target
+    }
+
+    /// This node's connections by state; extras at rest are not counted.
+    pub fn connection_states(&self) -> ConnectionStates {
+        let mut states = ConnectionStates::default();
+        for view in self.status.views() {
+            match view.state {
+                Some(State::Ready) => states.ready += 1,
+                Some(State::Overdue | State::Stalled) => states.overdue += 1,
+                Some(State::Down) => states.down += 1,
+                None => {}
+            }
+        }
+        states
+    }
+
+    pub fn redials(&self) -> [(&'static str, u64); Redial::ALL.len()] {
+        self.status.redials.by_reason()
+    }
+
+    /// Which slot's queue takes a request now (see [`health::pick`]).
+    fn route(&self, delivery: Delivery) -> Result<usize, StoreError> {
+        let views = self.status.views();
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        match health::pick(&views, start) {
+            Pick::Use(index) => Ok(index),
+            Pick::Activate(index) => {
+                if self.status.slots[index].activate() {
+                    self.status.redials.count(Redial::Overdue);
+                }
+                Ok(index)
+            }
+            Pick::Exhausted => match delivery {
+                // A rollback waits behind late replies rather than not
+                // happening at all.
+                Delivery::Always => health::pick_any_up(&views, start).ok_or_else(overdue),
+                Delivery::Plain | Delivery::UndoIfUnclaimed => Err(overdue()),
+            },
+        }
+    }
+
+    /// Send `commands` and wait for their replies, in order.
+    pub async fn call(
+        &self,
+        commands: Commands,
+        delivery: Delivery,
+    ) -> Result<Replies, StoreError> {
+        let index = self.route(delivery)?;
+        let (reply, receiver) = oneshot::channel();
+        let request = Request {
+            commands,
+            delivery,
+            reply: Some(reply),
+        };
+        self.queues[index]
+            .try_send(request)
+            .map_err(|error| match error {
+                mpsc::error::TrySendError::Full(_) => {
+                    StoreError::Overloaded("the connection's queue is full".to_owned())
+                }
+                mpsc::error::TrySendError::Closed(_) => {
+                    StoreError::Unreachable("the connection is closed".to_owned())
+                }
+            })?;
+        match receiver.await {
+            Ok(outcome) => outcome.claim(),
+            Err(_) => Err(StoreError::Unreachable(
+                "the connection ended without answering".to_owned(),
+            )),
+        }
+    }
+}
+
+fn overdue() -> StoreError {
+    StoreError::Overloaded("every connection to the node is overdue".to_owned())
+}
+
+fn micros(duration: Duration) -> u64 {
+    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
+}

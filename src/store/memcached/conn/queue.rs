@@ -1,0 +1,264 @@
+//! The callers' side of one connection: requests in through a bounded
+//! queue, batches out. The writer takes what is queued, lets the callers
+//! that are runnable right now add theirs, and sends it all in one write:
+//! N concurrent checks cost one write, not N. A batch is bounded by the
+//! commands it carries, not the requests, so one request of many counters
+//! cannot make a write (and the replies every other key waits behind) grow
+//! without bound.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use super::reader::{InFlight, Outcome, Shared};
+use super::{Commands, NodeClock};
+use crate::store::StoreError;
+use crate::store::memcached::wire;
+
+/// The most commands one write carries, unless a single request has more
+/// (it then goes alone).
+pub(super) const MAX_BATCH_COMMANDS: usize = 1024;
+/// Writes that may wait for their replies at once on one connection. While
+/// one is out, new requests gather into the next write instead of each
+/// going out alone: under load a write carries every check that arrived
+/// during a round trip, which keeps the wake-ups of memcached (and ours)
+/// per check low. A lone caller finds nothing out and is written at once.
+const WRITES_IN_FLIGHT: usize = 1;
+
+/// What the reader does with an outcome nobody claims.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Delivery {
+    /// Drop it; send the request only if its caller still waits.
+    Plain,
+    /// Take back the additions it applied if its caller never claims it.
+    UndoIfUnclaimed,
+    /// Send it even if its caller stopped waiting: a rollback must happen.
+    Always,
+}
+
+pub(super) struct Request {
+    pub commands: Commands,
+    pub delivery: Delivery,
+    /// `None` for a compensation that nobody waits for.
+    pub reply: Option<oneshot::Sender<Outcome>>,
+}
+
+impl Request {
+    fn abandoned(&self) -> bool {
+        self.delivery != Delivery::Always && self.reply.as_ref().is_some_and(|r| r.is_closed())
+    }
+}
+
+/// Fail a request that was never written: nothing was sent, so nothing
+/// happened.
+pub(super) fn fail_unsent(request: Request, why: &str) {
+    if let Some(reply) = request.reply {
+        let _ = reply.send(Outcome::failed(StoreError::Unreachable(why.to_owned())));
+    } else {
+        tracing::warn!(why, "a rollback could not be sent");
+    }
+}
+
+/// How the writer ended.
+pub(super) struct WriterEnd {
+    pub queue: mpsc::Receiver<Request>,
+    /// Every sender is gone: the node was dropped.
+    pub node_dropped: bool,
+    pub error: Option<String>,
+}
+
+/// Requests taken from the queue for the next write, bounded by commands.
+struct Batch {
+    requests: Vec<Request>,
+    commands: usize,
+    /// Taken from the queue but past the bound: first in the next batch.
+    carried: Option<Request>,
+}
+
+impl Batch {
+    fn new() -> Batch {
+        Batch {
+            requests: Vec::with_capacity(64),
+            commands: 0,
+            carried: None,
+        }
+    }
+
+    fn is_full(&self) -> bool {
+        self.carried.is_some() || self.commands >= MAX_BATCH_COMMANDS
+    }
+
+    /// Add `request`, or keep it for the next batch when it would take this
+    /// one past the bound (a batch always takes its first request).
+    fn push(&mut self, request: Request) {
+        let commands = request.commands.len();
+        if !self.requests.is_empty() && self.commands + commands > MAX_BATCH_COMMANDS {
+            self.carried = Some(request);
+            return;
+        }
+        self.commands += commands;
+        self.requests.push(request);
+    }
+
+    /// Take every request already queued, up to the bound.
+    fn fill(&mut self, queue: &mut mpsc::Receiver<Request>) {
+        while !self.is_full() {
+            match queue.try_recv() {
+                Ok(request) => self.push(request),
+                Err(_) => break,
+            }
+        }
+    }
+
+    /// Start the next batch with what was carried over.
+    fn restart(&mut self) {
+        self.requests.clear();
+        self.commands = 0;
+        if let Some(request) = self.carried.take() {
+            self.push(request);
+        }
+    }
+}
+
+pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
+    mut write: W,
+    mut queue: mpsc::Receiver<Request>,
+    first: Option<Request>,
+    shared: Arc<Shared>,
+    mut stopped: watch::Receiver<bool>,
+    namespace: Arc<str>,
+    clock: NodeClock,
+) -> WriterEnd {
+    let mut batch = Batch::new();
+    if let Some(request) = first {
+        batch.push(request);
+    }
+    let mut entries: Vec<(Request, u32)> = Vec::with_capacity(64);
+    let mut buffer = Vec::with_capacity(64 * 1024);
+    let mut opaque: u32 = 0;
+    let end = |queue, node_dropped, error| WriterEnd {
+        queue,
+        node_dropped,
+        error,
+    };
+    loop {
+        if batch.requests.is_empty() {
+            let received = tokio::select! {
+                biased;
+                _ = stopped.changed() => return end(queue, false, None),
+                received = queue.recv() => received,
+            };
+            let Some(request) = received else {
+                return end(queue, true, None);
+            };
+            batch.push(request);
+        }
+        // Let the callers that are runnable now queue theirs: this is what
+        // turns N concurrent checks into one write.
+        tokio::task::yield_now().await;
+        batch.fill(&mut queue);
+        // A write already out brings its replies within a round trip; until
+        // then, gather (see WRITES_IN_FLIGHT). A full batch stops taking
+        // requests (they wait in the bounded queue, then are refused at
+        // once) rather than going out beside an unanswered write: a silent
+        // node holds at most two batches.
+        while shared.writes_out.load(Ordering::Acquire) >= WRITES_IN_FLIGHT {
+            tokio::select! {
+                biased;
+                _ = stopped.changed() => return end(queue, false, None),
+                () = shared.write_answered.notified() => {}
+                received = queue.recv(), if !batch.is_full() => match received {
+                    Some(request) => {
+                        batch.push(request);
+                        batch.fill(&mut queue);
+                    }
+                    None => return end(queue, true, None),
+                },
+            }
+        }
+        buffer.clear();
+        for request in batch.requests.drain(..) {
+            if request.abandoned() {
+                // Its caller gave up before it was sent: it never happened.
+                continue;
+            }
+            let first_opaque = opaque;
+            for command in &request.commands {
+                wire::encode(command, &namespace, opaque, &mut buffer);
+                opaque = opaque.wrapping_add(1);
+            }
+            entries.push((request, first_opaque));
+        }
+        batch.restart();
+        if entries.is_empty() {
+            continue;
+        }
+        let written_us = clock.now_us();
+        let last = entries.len() - 1;
+        shared.writes_out.fetch_add(1, Ordering::AcqRel);
+        shared.in_flight().extend(entries.drain(..).enumerate().map(
+            |(index, (request, first_opaque))| InFlight {
+                request,
+                first_opaque,
+                written_us,
+                ends_write: index == last,
+            },
+        ));
+        tokio::select! {
+            biased;
+            _ = stopped.changed() => return end(queue, false, None),
+            written = write.write_all(&buffer) => {
+                if let Err(error) = written {
+                    return end(queue, false, Some(format!("write failed: {error}")));
+                }
+            }
+        }
+        // A burst must not leave a huge buffer behind for good.
+        if buffer.capacity() > 1024 * 1024 {
+            buffer = Vec::with_capacity(64 * 1024);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::memcached::wire::Command;
+
+    fn request(commands: usize) -> Request {
+        Request {
+            commands: (0..commands).map(|_| Command::Noop).collect(),
+            delivery: Delivery::Plain,
+            reply: None,
+        }
+    }
+
+    #[test]
+    fn a_batch_is_bounded_by_commands_not_requests() {
+        let mut batch = Batch::new();
+        for _ in 0..MAX_BATCH_COMMANDS / 4 {
+            batch.push(request(4));
+        }
+        assert!(batch.is_full());
+        assert_eq!(batch.commands, MAX_BATCH_COMMANDS);
+        // One request of many counters goes alone, and the next waits.
+        let mut batch = Batch::new();
+        batch.push(request(2));
+        batch.push(request(MAX_BATCH_COMMANDS + 10));
+        assert_eq!((batch.requests.len(), batch.commands), (1, 2));
+        assert!(batch.is_full(), "what was carried waits for the next write");
+        batch.restart();
+        assert_eq!(batch.requests.len(), 1);
+        assert_eq!(batch.commands, MAX_BATCH_COMMANDS + 10);
+        batch.push(request(1));
+        assert_eq!(
+            batch.requests.len(),
+            1,
+            "an oversized batch takes nothing more"
+        );
+        batch.restart();
+        assert_eq!((batch.requests.len(), batch.commands), (1, 1));
+    }
+}

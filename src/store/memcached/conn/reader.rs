@@ -1,0 +1,286 @@
+//! The reader of one connection, and the FIFO of written requests it
+//! answers: replies parsed in order, each paired with the oldest command
+//! still waiting (checked by its opaque token), and handed to its caller.
+//! An addition whose caller stopped waiting is taken back.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::sync::{Notify, mpsc, watch};
+
+use super::queue::{Delivery, Request};
+use super::{Commands, Replies, SlotStatus};
+use crate::store::StoreError;
+use crate::store::memcached::wire::{self, Command, Reply};
+
+/// Replies on their way to a caller. Dropped unclaimed (the caller timed
+/// out just as they arrived), it takes back the additions they applied.
+pub struct Outcome {
+    result: Result<Replies, StoreError>,
+    undo: Option<Undo>,
+}
+
+struct Undo {
+    commands: Commands,
+    queue: mpsc::WeakSender<Request>,
+}
+
+impl Outcome {
+    pub(super) fn failed(error: StoreError) -> Outcome {
+        Outcome {
+            result: Err(error),
+            undo: None,
+        }
+    }
+
+    pub fn claim(mut self) -> Result<Replies, StoreError> {
+        self.undo = None;
+        std::mem::replace(&mut self.result, Ok(Replies::new()))
+    }
+}
+
+impl Drop for Outcome {
+    fn drop(&mut self) {
+        let Some(undo) = self.undo.take() else {
+            return;
+        };
+        let request = Request {
+            commands: undo.commands,
+            delivery: Delivery::Always,
+            reply: None,
+        };
+        let sent = undo
+            .queue
+            .upgrade()
+            .is_some_and(|queue| queue.try_send(request).is_ok());
+        if !sent {
+            tracing::warn!("could not take back the additions of a request whose caller gave up");
+        }
+    }
+}
+
+/// A written request and where its replies start.
+pub(super) struct InFlight {
+    pub request: Request,
+    pub first_opaque: u32,
+    /// When it was written, in the node's microseconds.
+    pub written_us: u64,
+    /// The last request of its write: its replies end that write.
+    pub ends_write: bool,
+}
+
+/// Fail a written request whose replies will never come: its additions
+/// may or may not have happened.
+pub(super) fn fail_written(entry: InFlight, why: &str) {
+    let unknown = entry.request.commands.iter().any(Command::changes_state);
+    let error = if unknown {
+        StoreError::Ambiguous(why.to_owned())
+    } else {
+        StoreError::Unreachable(why.to_owned())
+    };
+    if let Some(reply) = entry.request.reply {
+        let _ = reply.send(Outcome::failed(error));
+    }
+}
+
+/// What the writer and the reader of one live connection share: the
+/// written requests in order, and how many writes are unanswered. Every
+/// change of the oldest entry is published to the connection's slot, where
+/// the routing policy reads how overdue the connection is.
+pub(super) struct Shared {
+    in_flight: Mutex<VecDeque<InFlight>>,
+    slot: Arc<SlotStatus>,
+    /// Writes whose replies have not all come back.
+    pub writes_out: AtomicUsize,
+    /// Told by the reader each time a write's replies are complete.
+    pub write_answered: Notify,
+}
+
+/// The FIFO, locked; publishes the oldest entry's age when released.
+pub(super) struct Fifo<'a> {
+    entries: MutexGuard<'a, VecDeque<InFlight>>,
+    slot: &'a SlotStatus,
+}
+
+impl std::ops::Deref for Fifo<'_> {
+    type Target = VecDeque<InFlight>;
+    fn deref(&self) -> &Self::Target {
+        &self.entries
+    }
+}
+
+impl std::ops::DerefMut for Fifo<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.entries
+    }
+}
+
+impl Drop for Fifo<'_> {
+    fn drop(&mut self) {
+        self.slot
+            .set_oldest_unanswered(self.entries.front().map(|entry| entry.written_us));
+    }
+}
+
+impl Shared {
+    pub fn new(slot: Arc<SlotStatus>) -> Shared {
+        Shared {
+            in_flight: Mutex::new(VecDeque::new()),
+            slot,
+            writes_out: AtomicUsize::new(0),
+            write_answered: Notify::new(),
+        }
+    }
+
+    pub fn in_flight(&self) -> Fifo<'_> {
+        // Nothing panics while holding the lock; if something did, the
+        // queue is still a queue.
+        Fifo {
+            entries: self
+                .in_flight
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+            slot: &self.slot,
+        }
+    }
+}
+
+pub(super) async fn read_loop<R: AsyncRead + Unpin>(
+    mut read: R,
+    shared: Arc<Shared>,
+    mut stopped: watch::Receiver<bool>,
+    requeue: mpsc::WeakSender<Request>,
+) -> Result<(), String> {
+    let mut buffer: Vec<u8> = Vec::with_capacity(64 * 1024);
+    let mut start = 0;
+    // Replies gathered so far for the oldest request in flight.
+    let mut partial = Replies::new();
+    let mut done: Vec<(InFlight, Replies)> = Vec::new();
+    loop {
+        let parsed = take_replies(&shared, &buffer[start..], &mut partial, &mut done);
+        for (entry, replies) in done.drain(..) {
+            complete(entry, replies, &requeue);
+        }
+        start += parsed.map_err(|desync| desync.to_string())?;
+        if start == buffer.len() {
+            buffer.clear();
+            start = 0;
+        } else if start > 0 && buffer.len() - start < start {
+            buffer.drain(..start);
+            start = 0;
+        }
+        if buffer.capacity() - buffer.len() < 4096 {
+            buffer.reserve(64 * 1024);
+        }
+        tokio::select! {
+            biased;
+            _ = stopped.changed() => return Ok(()),
+            read = read.read_buf(&mut buffer) => match read {
+                Ok(0) => return Err("memcached closed the connection".to_owned()),
+                Ok(_) => {}
+                Err(error) => return Err(format!("read failed: {error}")),
+            },
+        }
+    }
+}
+
+/// Parse every complete reply in `bytes`, pairing each with the oldest
+/// command still waiting; finished requests go to `done`. Returns the bytes
+/// consumed, or the desync that ends the connection.
+fn take_replies(
+    shared: &Shared,
+    bytes: &[u8],
+    partial: &mut Replies,
+    done: &mut Vec<(InFlight, Replies)>,
+) -> Result<usize, wire::Desync> {
+    let mut consumed = 0;
+    let mut in_flight = shared.in_flight();
+    while let Some(parsed) = wire::parse(&bytes[consumed..])? {
+        let Some(oldest) = in_flight.front() else {
+            return Err(wire::Desync("a reply to no request".to_owned()));
+        };
+        let index = partial.len();
+        let command = &oldest.request.commands[index];
+        let expected = oldest.first_opaque.wrapping_add(index as u32);
+        check_pairing(command, &parsed, expected)?;
+        consumed += parsed.len;
+        partial.push(parsed.reply);
+        if partial.len() == oldest.request.commands.len()
+            && let Some(entry) = in_flight.pop_front()
+        {
+            if entry.ends_write {
+                shared.writes_out.fetch_sub(1, Ordering::AcqRel);
+                shared.write_answered.notify_one();
+            }
+            done.push((entry, std::mem::take(partial)));
+        }
+    }
+    Ok(consumed)
+}
+
+/// A reply must echo its command's opaque token and be of a kind that
+/// command can get; anything else means the stream is out of step.
+fn check_pairing(
+    command: &Command,
+    parsed: &wire::Parsed,
+    expected: u32,
+) -> Result<(), wire::Desync> {
+    let fits = match (command, &parsed.reply) {
+        // Error lines carry no token; mn takes none.
+        (Command::Noop, Reply::Noop) => parsed.opaque.is_none(),
+        (Command::Noop, _) | (_, Reply::Noop) => false,
+        (_, Reply::Failed(_)) => parsed.opaque.is_none_or(|opaque| opaque == expected),
+        (Command::Add { .. }, Reply::Missing) => false,
+        (_, Reply::Value(_) | Reply::Missing) => parsed.opaque == Some(expected),
+    };
+    if fits {
+        Ok(())
+    } else {
+        Err(wire::Desync(format!(
+            "reply {:?} (token {:?}) does not answer {command:?} (token {expected})",
+            parsed.reply, parsed.opaque
+        )))
+    }
+}
+
+/// Hand a request its replies. Additions that were applied are armed to be
+/// taken back if the caller never claims them.
+fn complete(entry: InFlight, replies: Replies, requeue: &mpsc::WeakSender<Request>) {
+    let Some(reply) = entry.request.reply else {
+        return;
+    };
+    let undo = (entry.request.delivery == Delivery::UndoIfUnclaimed)
+        .then(|| {
+            entry
+                .request
+                .commands
+                .iter()
+                .zip(&replies)
+                .filter_map(|(command, reply)| match (command, reply) {
+                    (
+                        Command::Add {
+                            counter, amount, ..
+                        },
+                        Reply::Value(_),
+                    ) => Some(Command::Subtract {
+                        counter: *counter,
+                        amount: *amount,
+                    }),
+                    _ => None,
+                })
+                .collect::<Commands>()
+        })
+        .filter(|commands| !commands.is_empty())
+        .map(|commands| Undo {
+            commands,
+            queue: requeue.clone(),
+        });
+    // If the caller is gone, the outcome comes back and is dropped here,
+    // which sends the undo.
+    let _ = reply.send(Outcome {
+        result: Ok(replies),
+        undo,
+    });
+}

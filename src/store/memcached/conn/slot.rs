@@ -1,0 +1,314 @@
+//! One connection slot of a node, over its life: dialled, served until
+//! the connection ends (a failure, a stall, or an extra no longer
+//! needed), what was pending failed, and dialled again: with backoff for
+//! a configured slot, on the next request for an extra one.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::{mpsc, watch};
+
+use super::health::{self, Calm, Phase, State};
+use super::queue::{Request, WriterEnd, fail_unsent, write_loop};
+use super::reader::{Shared, fail_written, read_loop};
+use super::{NodeStatus, Redial, Settings, SlotStatus, Target};
+use crate::store::memcached::dial::{Dialer, Stream};
+
+/// Backoff between failed dials: from the first to the last, doubling.
+const BACKOFF_FIRST: Duration = Duration::from_millis(20);
+const BACKOFF_LAST: Duration = Duration::from_millis(500);
+/// A connection that lived this long resets the backoff.
+const HEALTHY_AFTER: Duration = Duration::from_secs(1);
+/// How many call timeouts the node must stay calm before an extra
+/// connection closes (see [`Calm`]).
+const CALM_TIMEOUTS: u32 = 4;
+/// The watchdog never looks more often than this.
+const WATCH_AT_MOST_EVERY: Duration = Duration::from_millis(5);
+
+/// What one connection slot of a node works with.
+pub(super) struct Slot {
+    pub(super) target: Target,
+    pub(super) settings: Arc<Settings>,
+    pub(super) dialer: Arc<Dialer>,
+    pub(super) node: Arc<NodeStatus>,
+    pub(super) index: usize,
+    /// Its own queue, for the undo of an outcome nobody claimed; weak, so
+    /// the node's end is seen when the node drops its senders.
+    pub(super) requeue: mpsc::WeakSender<Request>,
+}
+
+impl Slot {
+    fn status(&self) -> &Arc<SlotStatus> {
+        &self.node.slots[self.index]
+    }
+
+    async fn dial(&self) -> Result<Stream, String> {
+        self.dialer
+            .dial(&self.target.addr, self.target.server_name.as_deref())
+            .await
+    }
+
+    /// How often the watchdog looks: often enough to see an overdue extra
+    /// become closable, and a stall, soon after they happen.
+    fn watch_period(&self) -> Duration {
+        (self.settings.stall_timeout / 4)
+            .min(self.settings.overdue_after)
+            .max(WATCH_AT_MOST_EVERY)
+    }
+
+    /// The watchdog's look at a live connection: the end it calls for, if
+    /// any. An extra the node no longer needs closes once it has answered
+    /// everything it was given.
+    fn watch(&self, shared: &Shared, calm: &mut Calm) -> Option<Ended> {
+        let views = self.node.views();
+        let me = views[self.index];
+        if me.state == Some(State::Stalled) {
+            return Some(Ended::Stalled(self.settings.stall_timeout));
+        }
+        let status = self.status();
+        let closable = status.extra
+            && me.phase == Phase::Up
+            && health::extra_may_close(&views, self.index, self.node.configured);
+        let hold = (self.settings.overdue_after * CALM_TIMEOUTS).as_micros();
+        let hold = u64::try_from(hold).unwrap_or(u64::MAX);
+        if calm.observe(closable, self.node.clock.now_us(), hold) {
+            status.set_phase(Phase::Closing);
+        }
+        let drained = || {
+            shared.in_flight().is_empty()
+                && self
+                    .requeue
+                    .upgrade()
+                    .is_none_or(|queue| queue.capacity() == queue.max_capacity())
+        };
+        (status.phase() == Phase::Closing && drained()).then_some(Ended::Retired)
+    }
+}
+
+/// Why a connection ended.
+enum Ended {
+    Failed(String),
+    Stalled(Duration),
+    /// An extra that was no longer needed.
+    Retired,
+}
+
+impl Ended {
+    fn redial(&self) -> Redial {
+        match self {
+            Ended::Failed(_) | Ended::Retired => Redial::Failed,
+            Ended::Stalled(_) => Redial::Stalled,
+        }
+    }
+}
+
+impl std::fmt::Display for Ended {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Ended::Failed(why) => f.write_str(why),
+            Ended::Stalled(bound) => write!(f, "no reply within {bound:?}"),
+            Ended::Retired => f.write_str("an extra connection no longer needed"),
+        }
+    }
+}
+
+/// A configured connection slot: dial, serve until the connection drops,
+/// fail what was pending, back off, dial again; until the node is dropped.
+pub(super) async fn supervise(slot: Slot, mut queue: mpsc::Receiver<Request>) {
+    let addr = &slot.target.addr;
+    let mut backoff = BACKOFF_FIRST;
+    loop {
+        let stream = match slot.dial().await {
+            Ok(stream) => stream,
+            Err(why) => {
+                tracing::debug!(%addr, %why, "dial failed");
+                if !wait_out(&mut queue, backoff, &why).await {
+                    return;
+                }
+                backoff = (backoff * 2).min(BACKOFF_LAST);
+                slot.node.redials.count(Redial::Failed);
+                continue;
+            }
+        };
+        let connected_at = Instant::now();
+        tracing::debug!(%addr, "connected to memcached");
+        let Some((ended, returned)) = serve(stream, queue, None, &slot).await else {
+            return;
+        };
+        queue = returned;
+        tracing::warn!(%addr, reason = %ended, "memcached connection dropped; pending requests failed");
+        if connected_at.elapsed() > HEALTHY_AFTER {
+            backoff = BACKOFF_FIRST;
+        }
+        let why = format!("connection to {addr} dropped: {ended}");
+        if !wait_out(&mut queue, backoff, &why).await {
+            return;
+        }
+        backoff = (backoff * 2).min(BACKOFF_LAST);
+        slot.node.redials.count(ended.redial());
+    }
+}
+
+/// An extra connection slot: at rest until a caller activates it with a
+/// request, then dialled and served until the node no longer needs it (or
+/// it fails); then at rest again. A dial that fails fails what waits for
+/// it: the configured connections are the ones that retry.
+pub(super) async fn supervise_extra(slot: Slot, mut queue: mpsc::Receiver<Request>) {
+    let addr = &slot.target.addr;
+    let status = slot.status().clone();
+    loop {
+        let Some(first) = queue.recv().await else {
+            return;
+        };
+        status.set_phase(Phase::Dialling);
+        let stream = match slot.dial().await {
+            Ok(stream) => stream,
+            Err(why) => {
+                tracing::debug!(%addr, %why, "dial of an extra connection failed");
+                fail_unsent(first, &why);
+                while let Ok(request) = queue.try_recv() {
+                    fail_unsent(request, &why);
+                }
+                status.set_phase(Phase::Idle);
+                continue;
+            }
+        };
+        tracing::debug!(%addr, "extra connection to memcached, the others being overdue");
+        let Some((ended, returned)) = serve(stream, queue, Some(first), &slot).await else {
+            return;
+        };
+        queue = returned;
+        status.set_phase(Phase::Idle);
+        match ended {
+            Ended::Retired => tracing::debug!(%addr, "extra connection closed"),
+            ended => tracing::warn!(%addr, reason = %ended, "extra memcached connection dropped"),
+        }
+    }
+}
+
+/// Sit out a backoff, failing at once whatever is queued meanwhile. False
+/// when the node is gone.
+async fn wait_out(queue: &mut mpsc::Receiver<Request>, backoff: Duration, why: &str) -> bool {
+    let until = tokio::time::sleep(backoff);
+    tokio::pin!(until);
+    loop {
+        tokio::select! {
+            () = &mut until => return true,
+            request = queue.recv() => match request {
+                Some(request) => fail_unsent(request, why),
+                None => return false,
+            },
+        }
+    }
+}
+
+/// Serve one connection until it ends; then fail everything still in
+/// flight and hand the queue back, or `None` when the node was dropped.
+async fn serve(
+    stream: Stream,
+    queue: mpsc::Receiver<Request>,
+    first: Option<Request>,
+    slot: &Slot,
+) -> Option<(Ended, mpsc::Receiver<Request>)> {
+    slot.status().set_phase(Phase::Up);
+    let served = match stream {
+        // A TCP stream splits into halves that need no lock between them.
+        Stream::Plain(tcp) => {
+            let (read, write) = tcp.into_split();
+            serve_halves(read, write, queue, first, slot).await
+        }
+        #[cfg(feature = "tls")]
+        Stream::Tls(tls) => {
+            let (read, write) = tokio::io::split(*tls);
+            serve_halves(read, write, queue, first, slot).await
+        }
+    };
+    slot.status().set_phase(Phase::Dialling);
+    served
+}
+
+async fn serve_halves<R, W>(
+    read: R,
+    write: W,
+    queue: mpsc::Receiver<Request>,
+    first: Option<Request>,
+    slot: &Slot,
+) -> Option<(Ended, mpsc::Receiver<Request>)>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let shared = Arc::new(Shared::new(slot.status().clone()));
+    let (stop, stopped) = watch::channel(false);
+    let mut reader = tokio::spawn(read_loop(
+        read,
+        shared.clone(),
+        stopped.clone(),
+        slot.requeue.clone(),
+    ));
+    let mut writer = tokio::spawn(write_loop(
+        write,
+        queue,
+        first,
+        shared.clone(),
+        stopped,
+        slot.settings.namespace.clone(),
+        slot.node.clock,
+    ));
+    let mut watchdog = tokio::time::interval(slot.watch_period());
+    let mut calm = Calm::default();
+    watchdog.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The first of the three ways to end; the other two tasks are then
+    // stopped and awaited, so the queue always comes back.
+    enum First {
+        Reader(Ended),
+        Writer(Result<WriterEnd, tokio::task::JoinError>),
+        Watchdog(Ended),
+    }
+    let first_end = loop {
+        tokio::select! {
+            end = &mut reader => break First::Reader(Ended::Failed(match end {
+                Ok(Err(why)) => why,
+                Ok(Ok(())) => "stopped".to_owned(),
+                Err(error) => format!("reader task failed: {error}"),
+            })),
+            end = &mut writer => break First::Writer(end),
+            _ = watchdog.tick() => if let Some(ended) = slot.watch(&shared, &mut calm) {
+                break First::Watchdog(ended);
+            },
+        }
+    };
+    let _ = stop.send(true);
+    let (ended, writer_end) = match first_end {
+        First::Reader(ended) => (ended, writer.await),
+        First::Writer(end) => {
+            let _ = reader.await;
+            let why = match &end {
+                Ok(end) => end
+                    .error
+                    .clone()
+                    .unwrap_or_else(|| "node dropped".to_owned()),
+                Err(error) => format!("writer task failed: {error}"),
+            };
+            (Ended::Failed(why), end)
+        }
+        First::Watchdog(ended) => {
+            let _ = reader.await;
+            (ended, writer.await)
+        }
+    };
+    let pending: Vec<_> = shared.in_flight().drain(..).collect();
+    let why = ended.to_string();
+    for entry in pending {
+        fail_written(entry, &why);
+    }
+    match writer_end {
+        Ok(end) if !end.node_dropped => Some((ended, end.queue)),
+        Ok(_) => None,
+        Err(error) => {
+            tracing::error!(addr = %slot.target.addr, %error, "memcached writer task failed; connection slot closed");
+            None
+        }
+    }
+}

@@ -1,0 +1,214 @@
+//! A store stall ends within one round trip. A proxy between slidegate and
+//! a real memcached delays every reply; once it stops, the very next checks
+//! are decided by the store again, because a connection whose replies are
+//! overdue takes no new requests: they go to a ready connection, or to an
+//! extra one dialled for them. While a stall lasts, every check is answered
+//! within the call timeout, with a bounded number of connections and flat
+//! memory.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::Memcached;
+use common::proxy::CountingProxy;
+use slidegate::store::Store;
+use slidegate::{CheckError, FailureMode, Limit, Limiter, MemcachedStore, Policy, Source};
+
+/// The call timeout the scenario is about (the default).
+const TIMEOUT: Duration = Duration::from_millis(50);
+/// How late the stalling proxy sends each reply.
+const STALL_MS: u64 = 200;
+
+fn per_minute(limit: u64) -> Arc<Policy> {
+    Arc::new(Policy::new("api", vec![Limit::new(limit, 60_000, 1).unwrap()]).unwrap())
+}
+
+async fn store_behind(proxy: &CountingProxy, connections: usize) -> Arc<MemcachedStore> {
+    let mut options = common::memcached_options(vec![proxy.addr.clone()]);
+    options.timeout = TIMEOUT;
+    options.connections = connections;
+    let store = Arc::new(MemcachedStore::connect(&options).await.unwrap());
+    // Every configured connection up, so the stall reaches all of them.
+    let started = Instant::now();
+    while store.topology().nodes[0].states.ready < connections || store.ping().await.is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "never connected"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    store
+}
+
+/// Where a check's answer came from; a failure-mode refusal under `deny`
+/// is a fallback too.
+fn source_of(outcome: &Result<slidegate::Decision, CheckError>) -> (Source, bool) {
+    match outcome {
+        Ok(decision) => (decision.source, decision.allowed),
+        Err(CheckError::StoreUnavailable(_)) => (Source::Fallback, false),
+        Err(error) => panic!("{error}"),
+    }
+}
+
+/// The scenario of the report: 50 checks fall back during a 200 ms stall;
+/// the delay goes back to 0; then 10 sequential checks of a fresh key with
+/// a limit of 5 are all decided by the store: exactly 5 admitted.
+async fn recovers_at_once(connections: usize, mode: FailureMode) {
+    let memcached = Memcached::start();
+    let proxy = CountingProxy::start(memcached.addr()).await;
+    let store = store_behind(&proxy, connections).await;
+    let limiter = Arc::new(
+        Limiter::builder(store.clone())
+            .timeout(TIMEOUT)
+            .failure_mode(mode)
+            .build(),
+    );
+    let policy = per_minute(5);
+
+    proxy.delay_replies(STALL_MS);
+    let stalled: Vec<_> = (0..50)
+        .map(|index| {
+            let (limiter, policy) = (limiter.clone(), policy.clone());
+            tokio::spawn(async move {
+                source_of(&limiter.check(&format!("stalled-{index}"), &policy, 1).await)
+            })
+        })
+        .collect();
+    for check in stalled {
+        let (source, _) = check.await.unwrap();
+        assert_eq!(source, Source::Fallback, "a check during the stall");
+    }
+
+    proxy.delay_replies(0);
+    let recovered = Instant::now();
+    let mut first_by_store = None;
+    let mut admitted = 0;
+    for attempt in 0..10 {
+        let (source, allowed) = source_of(&limiter.check("fresh", &policy, 1).await);
+        assert!(
+            matches!(source, Source::Store | Source::NearCache),
+            "{connections} connection(s), {mode:?}: check {attempt} after the stall was decided by {source:?}"
+        );
+        first_by_store.get_or_insert_with(|| recovered.elapsed());
+        admitted += u32::from(allowed);
+    }
+    assert_eq!(admitted, 5, "{connections} connection(s), {mode:?}");
+    println!(
+        "{connections} connection(s), {mode:?}: first check decided by the store {:?} after the \
+         store recovered; redials {:?}",
+        first_by_store.unwrap_or_default(),
+        store.topology().nodes[0].redials
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_stall_one_connection_decides_by_the_store_at_once_allow() {
+    recovers_at_once(1, FailureMode::Allow).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_stall_one_connection_decides_by_the_store_at_once_deny() {
+    recovers_at_once(1, FailureMode::Deny).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_stall_two_connections_decide_by_the_store_at_once_allow() {
+    recovers_at_once(2, FailureMode::Allow).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_stall_two_connections_decide_by_the_store_at_once_deny() {
+    recovers_at_once(2, FailureMode::Deny).await;
+}
+
+/// `VmRSS` of this process, in KiB.
+fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// A stall that never ends: every check is still answered within the call
+/// timeout (plus 10 ms of scheduling), at most `connections` extra
+/// connections are ever open beside the configured ones, and memory stays
+/// flat: requests do not pile up behind late replies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endless_stall_answers_in_time_with_bounded_connections_and_memory() {
+    const CONNECTIONS: usize = 2;
+    const CALLERS: usize = 16;
+    const CHECKS_EACH: usize = 125;
+    let memcached = Memcached::start();
+    let proxy = Arc::new(CountingProxy::start(memcached.addr()).await);
+    let store = store_behind(&proxy, CONNECTIONS).await;
+    let limiter = Arc::new(Limiter::builder(store.clone()).timeout(TIMEOUT).build());
+    let policy = per_minute(1_000_000);
+    proxy.delay_replies(STALL_MS);
+    // Memory once every connection has been overdue and redialled a while.
+    let warm_up = Instant::now();
+    while warm_up.elapsed() < Duration::from_millis(500) {
+        let _ = limiter.check("warm-up", &policy, 1).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let rss_after_warm_up = rss_kib();
+    let started = Instant::now();
+    let callers: Vec<_> = (0..CALLERS)
+        .map(|caller| {
+            let (limiter, policy, proxy) = (limiter.clone(), policy.clone(), proxy.clone());
+            tokio::spawn(async move {
+                let (mut slowest, mut fallbacks) = (Duration::ZERO, 0);
+                for index in 0..CHECKS_EACH {
+                    let call = Instant::now();
+                    let key = format!("k{caller}-{}", index % 10);
+                    let decision = limiter.check(&key, &policy, 1).await.unwrap();
+                    slowest = slowest.max(call.elapsed());
+                    fallbacks += usize::from(decision.source == Source::Fallback);
+                    assert!(
+                        proxy.open_connections() <= 2 * CONNECTIONS,
+                        "{} connections open",
+                        proxy.open_connections()
+                    );
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                (slowest, fallbacks)
+            })
+        })
+        .collect();
+    let (mut slowest, mut fallbacks) = (Duration::ZERO, 0);
+    for caller in callers {
+        let (caller_slowest, caller_fallbacks) = caller.await.unwrap();
+        slowest = slowest.max(caller_slowest);
+        fallbacks += caller_fallbacks;
+    }
+    let rss_at_end = rss_kib();
+    let checks = CALLERS * CHECKS_EACH;
+    println!(
+        "{checks} checks over {:?} of endless stall: {fallbacks} fell back, slowest {slowest:?}, \
+         at most {} connections open, RSS {rss_after_warm_up} KiB before and {rss_at_end} KiB \
+         after; store {:?}",
+        started.elapsed(),
+        proxy.most_open_connections(),
+        store.topology().nodes[0],
+    );
+    assert!(
+        slowest <= TIMEOUT + Duration::from_millis(10),
+        "slowest check took {slowest:?}"
+    );
+    assert!(
+        proxy.most_open_connections() <= 2 * CONNECTIONS,
+        "{} connections were open at once",
+        proxy.most_open_connections()
+    );
+    assert!(
+        fallbacks > checks / 2,
+        "the stall must be felt to mean anything"
+    );
+    assert!(
+        rss_at_end < rss_after_warm_up + 8 * 1024,
+        "memory grew from {rss_after_warm_up} KiB to {rss_at_end} KiB"
+    );
+}
