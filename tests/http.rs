@@ -427,6 +427,11 @@ async fn forward_auth_keys_statuses_and_headers() {
     };
     let admitted = auth_get("/v1/auth?policy=api", &[("x-ratelimit-key", "token-1")]).await;
     assert_eq!((admitted.status, admitted.body.as_str()), (200, ""));
+    assert_eq!(
+        admitted.header("content-type"),
+        None,
+        "an empty body has no content type"
+    );
     assert_eq!(admitted.header("ratelimit"), Some("\"api\";r=2;t=0"));
     auth_get(
         "/v1/auth?policy=api&cost=2",
