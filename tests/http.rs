@@ -98,6 +98,11 @@ fn assert_json(response: &Response) {
 
 /// The check → reject → peek → report cycle, with every field and header.
 async fn decisions_carry_the_documented_fields(app: TestApp) {
+    // Nothing counted yet: nothing has to leave the window.
+    let fresh = app
+        .post("/v1/peek", json!({"key": "client-42", "policy": "api"}))
+        .await;
+    assert_eq!(fresh.header("ratelimit"), Some("\"api\";r=3;t=0"));
     let body = json!({"key": "client-42", "policy": "api"});
     for remaining in [2, 1, 0] {
         let response = app.post("/v1/check", body.clone()).await;
@@ -108,6 +113,10 @@ async fn decisions_carry_the_documented_fields(app: TestApp) {
             Some("\"api\";q=3;w=60")
         );
         assert_eq!(response.json()["remaining"], remaining);
+        // Counted 30 s into this minute: they leave the window when the
+        // next minute ends, 90 s from now.
+        let state = format!("\"api\";r={remaining};t=90");
+        assert_eq!(response.header("ratelimit"), Some(state.as_str()));
         assert!(response.header("retry-after").is_none());
     }
     let response = app.post("/v1/check", body.clone()).await;
@@ -159,7 +168,10 @@ async fn decisions_carry_the_documented_fields(app: TestApp) {
     );
     assert_eq!(
         response.header("ratelimit"),
-        Some("\"inline-1s\";r=8;t=0, \"inline-10m-p10\";r=2998;t=0")
+        // 1 s window: this second's counts leave it at the end of the
+        // next second; 10 min in 1 min sub-buckets, 30 s into one: its end
+        // and 10 min more.
+        Some("\"inline-1s\";r=8;t=2, \"inline-10m-p10\";r=2998;t=630")
     );
 
     // A cost no limit can ever admit.
@@ -432,7 +444,7 @@ async fn forward_auth_keys_statuses_and_headers() {
         None,
         "an empty body has no content type"
     );
-    assert_eq!(admitted.header("ratelimit"), Some("\"api\";r=2;t=0"));
+    assert_eq!(admitted.header("ratelimit"), Some("\"api\";r=2;t=90"));
     auth_get(
         "/v1/auth?policy=api&cost=2",
         &[("x-ratelimit-key", "token-1")],
