@@ -462,8 +462,8 @@ async fn forward_auth_keys_statuses_and_headers() {
     .await;
     assert_eq!(for_nginx.status, 403);
 
-    // Without the header: the first X-Forwarded-For hop, since 127.0.0.1
-    // (this test) is a trusted proxy.
+    // Without the header: the rightmost X-Forwarded-For hop that is not a
+    // trusted proxy (10.0.0.1), since 127.0.0.1 (this test) is one.
     let forwarded: &[(&str, &str)] = &[("x-forwarded-for", "203.0.113.9, 10.0.0.1")];
     for _ in 0..3 {
         assert_eq!(auth_get("/v1/auth?policy=api", forwarded).await.status, 200);
@@ -505,6 +505,66 @@ async fn forward_auth_keys_statuses_and_headers() {
             response.error()
         );
     }
+}
+
+/// The key is the rightmost X-Forwarded-For hop that is not a trusted
+/// proxy: the hops on its left are the client's to write. The two keys
+/// start with different counts, so a wrong choice changes the status.
+#[tokio::test]
+async fn forward_auth_keys_on_the_rightmost_untrusted_hop() {
+    let auth = AuthConfig {
+        trusted_proxies: vec![
+            IpNet::parse("127.0.0.1").unwrap(),
+            IpNet::parse("10.0.0.0/8").unwrap(),
+        ],
+        deny_status: 429,
+    };
+    let app = spawn_app(
+        AnyStore::Memory(MemoryStore::new()),
+        FailureMode::Allow,
+        auth,
+    )
+    .await;
+    let (victim, client) = ("203.0.113.66", "198.51.100.7");
+    // The victim's quota is spent; the client's is whole.
+    let spent = app
+        .post(
+            "/v1/check",
+            json!({"key": victim, "policy": "api", "cost": 3}),
+        )
+        .await;
+    assert_eq!(spent.status, 200);
+    let auth_get = |forwarded: String| async move {
+        http::send(
+            app.addr,
+            "GET",
+            "/v1/auth?policy=api",
+            &[("x-forwarded-for", forwarded.as_str())],
+            Vec::new(),
+        )
+        .await
+    };
+    for forwarded in [
+        // The client wrote the victim's address; the proxy appended the
+        // client's.
+        format!("{victim}, {client}"),
+        // Through a chain of trusted proxies.
+        format!("{victim}, {client}, 10.0.0.2, 10.0.0.3"),
+        format!("{victim},{client} ,10.1.2.3"),
+    ] {
+        let response = auth_get(forwarded.clone()).await;
+        assert_eq!(response.status, 200, "{forwarded}: keyed on the victim");
+    }
+    let peek = app
+        .post("/v1/peek", json!({"key": client, "policy": "api"}))
+        .await;
+    assert_eq!(peek.json()["limits"][0]["estimate"], 3.0, "{}", peek.body);
+    // Now the client's quota is spent and not the other's: refused.
+    let response = auth_get(format!("198.51.100.200, {client}, 10.0.0.2")).await;
+    assert_eq!(
+        response.status, 429,
+        "keyed on the address the client wrote"
+    );
 }
 
 #[tokio::test]

@@ -2,7 +2,7 @@
 //! `GET /v1/auth/NAME/...`): whose request it is, and the answer a proxy
 //! passes on.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use hyper::body::{Bytes, Incoming};
 use hyper::{HeaderMap, Request, Response, StatusCode};
@@ -109,8 +109,11 @@ async fn authorize(
     })
 }
 
-/// Whose request it is: the `X-RateLimit-Key` the proxy set, else the first
-/// `X-Forwarded-For` hop when the peer is a trusted proxy, else the peer.
+/// Whose request it is: the `X-RateLimit-Key` the proxy set, else, when the
+/// peer is a trusted proxy, the rightmost `X-Forwarded-For` hop that is not
+/// one (each proxy appends the address it got the request from, so the
+/// hops on the left of the first untrusted one are the client's to write),
+/// else the peer.
 fn auth_key(
     headers: &HeaderMap,
     peer: SocketAddr,
@@ -125,23 +128,47 @@ fn auth_key(
         }
         return Ok(key.to_owned());
     }
-    let peer_ip = peer.ip();
-    if trusted.iter().any(|network| network.contains(peer_ip))
-        && let Some(forwarded) = headers
-            .get("x-forwarded-for")
-            .and_then(|value| value.to_str().ok())
-        && let Some(client) = forwarded
-            .split(',')
-            .next()
-            .map(str::trim)
-            .filter(|hop| !hop.is_empty())
-    {
-        if client.len() > crate::limiter::MAX_KEY_BYTES {
-            return Err("X-Forwarded-For: first hop longer than 1024 bytes".to_owned());
-        }
-        return Ok(client.to_owned());
+    let is_trusted = |ip: IpAddr| trusted.iter().any(|network| network.contains(ip));
+    if !is_trusted(peer.ip()) {
+        return Ok(peer.ip().to_string());
     }
-    Ok(peer_ip.to_string())
+    let Some(client) = forwarded_client(headers, is_trusted) else {
+        return Ok(peer.ip().to_string());
+    };
+    if client.len() > crate::limiter::MAX_KEY_BYTES {
+        return Err("X-Forwarded-For: the client's hop is longer than 1024 bytes".to_owned());
+    }
+    Ok(String::from_utf8_lossy(client).into_owned())
+}
+
+/// The rightmost hop of every `X-Forwarded-For` line (in order, as one
+/// list) that `is_trusted` does not take for a proxy; when all are
+/// proxies, the leftmost. `None` without any hop.
+fn forwarded_client(headers: &HeaderMap, is_trusted: impl Fn(IpAddr) -> bool) -> Option<&[u8]> {
+    let hops = headers
+        .get_all("x-forwarded-for")
+        .iter()
+        .rev()
+        .flat_map(|line| line.as_bytes().rsplit(|&byte| byte == b','))
+        .map(<[u8]>::trim_ascii)
+        .filter(|hop| !hop.is_empty());
+    let mut farthest_proxy = None;
+    for hop in hops {
+        match hop_address(hop) {
+            Some(ip) if is_trusted(ip) => farthest_proxy = Some(hop),
+            _ => return Some(hop),
+        }
+    }
+    farthest_proxy
+}
+
+/// A hop's address: `192.0.2.1`, `2001:db8::1`, or with a port
+/// (`192.0.2.1:443`, `[2001:db8::1]:443`).
+fn hop_address(hop: &[u8]) -> Option<IpAddr> {
+    let text = std::str::from_utf8(hop).ok()?;
+    text.parse::<IpAddr>()
+        .ok()
+        .or_else(|| text.parse::<SocketAddr>().ok().map(|addr| addr.ip()))
 }
 
 #[cfg(test)]
@@ -182,5 +209,38 @@ mod tests {
             "10.0.0.5"
         );
         assert!(auth_key(&headers(&[("x-ratelimit-key", "")]), peer, &trusted).is_err());
+    }
+
+    #[test]
+    fn the_client_is_the_rightmost_hop_that_is_not_a_trusted_proxy() {
+        let peer: SocketAddr = "10.0.0.5:4000".parse().unwrap();
+        let trusted = [IpNet::parse("10.0.0.0/8").unwrap()];
+        let key = |forwarded: &'static str| {
+            auth_key(&headers(&[("x-forwarded-for", forwarded)]), peer, &trusted).unwrap()
+        };
+        assert_eq!(key("192.0.2.66, 203.0.113.7"), "203.0.113.7");
+        assert_eq!(
+            key("192.0.2.66, 203.0.113.7, 10.0.0.9 ,10.1.1.1"),
+            "203.0.113.7"
+        );
+        assert_eq!(key("203.0.113.7:5123, 10.0.0.9:80"), "203.0.113.7:5123");
+        assert_eq!(key("not-an-address, 10.0.0.9"), "not-an-address");
+        assert_eq!(
+            key("10.0.0.8, 10.0.0.9"),
+            "10.0.0.8",
+            "all proxies: the farthest"
+        );
+        assert_eq!(key(" , "), "10.0.0.5", "no hop: the peer");
+        // Two header lines are one list, the later line on the right.
+        let mut two = headers(&[("x-forwarded-for", "192.0.2.66")]);
+        two.append(
+            "x-forwarded-for",
+            HeaderValue::from_static("203.0.113.7, 10.0.0.9"),
+        );
+        assert_eq!(auth_key(&two, peer, &trusted).unwrap(), "203.0.113.7");
+        let long = format!("{}, 10.0.0.9", "a".repeat(1025));
+        let mut too_long = HeaderMap::new();
+        too_long.insert("x-forwarded-for", HeaderValue::from_str(&long).unwrap());
+        assert!(auth_key(&too_long, peer, &trusted).is_err());
     }
 }
