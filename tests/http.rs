@@ -358,6 +358,54 @@ async fn statuses_for_size_method_and_path() {
     }
 }
 
+/// A client that announces a 1 MiB body and sends all of it before it
+/// reads must read the 413, not a reset: the server answers at once, then
+/// reads what is in flight (up to a bound) before it closes.
+#[tokio::test]
+async fn a_client_still_sending_a_large_body_reads_its_413() {
+    let app = memory_app().await;
+    const BODY: usize = 1 << 20;
+    let chunk = vec![b'a'; 64 * 1024];
+    for attempt in 0..10 {
+        let mut stream = tokio::net::TcpStream::connect(app.addr).await.unwrap();
+        let head = format!(
+            "POST /v1/check HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\ncontent-length: {BODY}\r\n\r\n"
+        );
+        stream.write_all(head.as_bytes()).await.unwrap();
+        let (mut sent, mut write_error) = (0, None);
+        while sent < BODY {
+            // A broken pipe here is the bug (a client such as curl stops
+            // at it): note it, and still try to read the answer.
+            if let Err(error) = stream.write_all(&chunk).await {
+                write_error = Some(error);
+                break;
+            }
+            sent += chunk.len();
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let mut answer = Vec::new();
+        let mut buffer = [0u8; 1024];
+        let read = tokio::time::timeout(Duration::from_secs(10), async {
+            while !answer.windows(2).any(|pair| pair == b"\r\n") {
+                match stream.read(&mut buffer).await {
+                    Ok(0) => return Ok(()),
+                    Ok(n) => answer.extend_from_slice(&buffer[..n]),
+                    Err(error) => return Err(error),
+                }
+            }
+            Ok(())
+        })
+        .await;
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(
+            write_error.is_none()
+                && matches!(read, Ok(Ok(())))
+                && answer.starts_with("HTTP/1.1 413"),
+            "attempt {attempt}, {sent} bytes sent ({write_error:?}): {read:?} {answer:?}"
+        );
+    }
+}
+
 /// Random bytes and random near-JSON never make the server fail: every
 /// answer is a 200, 400, 413 or 429 with a JSON body, and the server keeps
 /// answering. Bounded: 400 requests.

@@ -3,6 +3,7 @@
 //! so tests run the real server on port 0.
 
 pub(crate) mod api;
+mod body;
 mod forward_auth;
 mod guard;
 mod metrics;

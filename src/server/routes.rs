@@ -2,16 +2,15 @@
 //! and who may call it), and the handlers of the JSON API.
 
 use std::net::SocketAddr;
-use std::task::Poll;
 
-use http_body_util::{BodyExt, Limited};
-use hyper::body::{Bytes, Incoming};
-use hyper::header::{ALLOW, CONTENT_LENGTH, HeaderValue};
+use hyper::body::Incoming;
+use hyper::header::{ALLOW, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 
+use super::App;
 use super::api::{self, Body, Call};
+use super::body::read_body;
 use super::forward_auth::{forward_auth, forward_auth_path};
-use super::{App, MAX_BODY_BYTES, READ_TIMEOUT};
 use crate::limiter::{CheckError, Source};
 
 /// Who may call a route when `server.api_tokens` is set.
@@ -214,46 +213,6 @@ pub(super) fn check_error(error: CheckError) -> Response<Body> {
         CheckError::InvalidKey(_) | CheckError::InvalidCost(_) => {
             api::error(StatusCode::BAD_REQUEST, error.to_string())
         }
-    }
-}
-
-/// The whole body, or the response that refuses it: 413 over 64 KiB (told
-/// by Content-Length up front, or found while reading), 408 when it does
-/// not arrive in time, 400 when the client breaks off.
-async fn read_body(request: Request<Incoming>) -> Result<Bytes, Response<Body>> {
-    let too_large = || {
-        api::error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!("body: larger than {MAX_BODY_BYTES} bytes"),
-        )
-    };
-    let declared = request
-        .headers()
-        .get(CONTENT_LENGTH)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.parse::<u64>().ok());
-    if declared.is_some_and(|length| length > MAX_BODY_BYTES as u64) {
-        return Err(too_large());
-    }
-    let reading = Limited::new(request.into_body(), MAX_BODY_BYTES).collect();
-    let mut reading = std::pin::pin!(reading);
-    // A small body has nearly always arrived with its headers: take it
-    // without arming a timer, which would cost every request.
-    let read = match std::future::poll_fn(|cx| Poll::Ready(reading.as_mut().poll(cx))).await {
-        Poll::Ready(read) => Ok(read),
-        Poll::Pending => tokio::time::timeout(READ_TIMEOUT, reading).await,
-    };
-    match read {
-        Ok(Ok(collected)) => Ok(collected.to_bytes()),
-        Ok(Err(error)) if error.is::<http_body_util::LengthLimitError>() => Err(too_large()),
-        Ok(Err(error)) => Err(api::error(
-            StatusCode::BAD_REQUEST,
-            format!("body: could not be read: {error}"),
-        )),
-        Err(_) => Err(api::error(
-            StatusCode::REQUEST_TIMEOUT,
-            "body: not received in time",
-        )),
     }
 }
 
