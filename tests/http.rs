@@ -805,6 +805,26 @@ mod binary {
         stop(child);
     }
 
+    /// With only a discovery endpoint, the store is Memcached, and the log
+    /// says so (the endpoint need not answer for the start to go on).
+    #[test]
+    fn discovery_alone_is_logged_as_memcached() {
+        let (listen, endpoint) = (free_addr(), free_addr());
+        let mut child = slidegate()
+            .args(["--listen", &listen, "--memcached-discovery", &endpoint])
+            .spawn()
+            .unwrap();
+        wait_for_health(&listen, &mut child);
+        let log = stop(child);
+        assert!(!log.contains("no Memcached server configured"), "{log}");
+        assert!(
+            log.contains(&format!(
+                "counting in Memcached via discovery at {endpoint}"
+            )),
+            "{log}"
+        );
+    }
+
     #[test]
     fn a_bad_file_stops_the_start_naming_file_and_field() {
         let dir = std::env::temp_dir().join(format!("slidegate-test-bad-{}", std::process::id()));
