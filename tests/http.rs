@@ -470,18 +470,26 @@ async fn no_input_breaks_the_server() {
     assert_eq!(app.get("/healthz").await.status, 200);
 }
 
-#[tokio::test]
-async fn forward_auth_keys_statuses_and_headers() {
+/// An app on the memory store whose forward-auth trusts these proxies.
+async fn forward_auth_app(trusted_proxies: &[&str]) -> TestApp {
     let auth = AuthConfig {
-        trusted_proxies: vec![IpNet::parse("127.0.0.1").unwrap()],
+        trusted_proxies: trusted_proxies
+            .iter()
+            .map(|network| IpNet::parse(network).unwrap())
+            .collect(),
         deny_status: 429,
     };
-    let app = spawn_app(
+    spawn_app(
         AnyStore::Memory(MemoryStore::new()),
         FailureMode::Allow,
         auth,
     )
-    .await;
+    .await
+}
+
+#[tokio::test]
+async fn forward_auth_keys_statuses_and_headers() {
+    let app = forward_auth_app(&["127.0.0.1"]).await;
     let auth_get = |path: &'static str, headers: &'static [(&'static str, &'static str)]| {
         http::send(app.addr, "GET", path, headers, Vec::new())
     };
@@ -560,19 +568,7 @@ async fn forward_auth_keys_statuses_and_headers() {
 /// start with different counts, so a wrong choice changes the status.
 #[tokio::test]
 async fn forward_auth_keys_on_the_rightmost_untrusted_hop() {
-    let auth = AuthConfig {
-        trusted_proxies: vec![
-            IpNet::parse("127.0.0.1").unwrap(),
-            IpNet::parse("10.0.0.0/8").unwrap(),
-        ],
-        deny_status: 429,
-    };
-    let app = spawn_app(
-        AnyStore::Memory(MemoryStore::new()),
-        FailureMode::Allow,
-        auth,
-    )
-    .await;
+    let app = forward_auth_app(&["127.0.0.1", "10.0.0.0/8"]).await;
     let (victim, client) = ("203.0.113.66", "198.51.100.7");
     // The victim's quota is spent; the client's is whole.
     let spent = app
