@@ -1,6 +1,6 @@
 //! The rate-limit headers of an answer (IETF httpapi RateLimit header
 //! fields draft), the same for the HTTP service and the tower layer:
-//! `RateLimit-Policy: "name";q=10;w=1`, `RateLimit: "name";r=7;t=0`, and
+//! `RateLimit-Policy: "name";q=10;w=1`, `RateLimit: "name";r=7;t=42`, and
 //! `Retry-After` (whole seconds, rounded up) on a refusal that can pass.
 
 use std::fmt::Write as _;
@@ -76,11 +76,19 @@ pub(crate) fn rate_limit_headers(
         if !state.is_empty() {
             state.push_str(", ");
         }
+        // Admitted: when the quota resets, the counts now in the window
+        // having left it (the draft's `t`). Refused: when one more unit
+        // passes, which is what a refused client waits for.
+        let reset_ms = if decision.allowed {
+            limit.empty_after_ms
+        } else {
+            limit.next_unit_ms
+        };
         let _ = write!(
             state,
             "\"{name}\";r={};t={}",
             limit.remaining,
-            seconds_rounded_up(limit.next_unit_ms)
+            seconds_rounded_up(reset_ms)
         );
     }
     headers.insert(RATELIMIT_POLICY, policy.quota.clone());

@@ -27,16 +27,20 @@ async fn main() -> anyhow::Result<()> {
         .context("cannot set up the Memcached store")?;
     let app = with_rls(app, &config)?;
 
-    if config.servers.is_empty() {
+    // Discovery wins over servers, as in the store itself.
+    if let Some(endpoint) = &config.cluster.discovery {
+        tracing::info!(namespace = %config.namespace, "counting in Memcached via discovery at {endpoint}");
+    } else if config.servers.is_empty() {
         tracing::warn!(
             "no Memcached server configured: counting in this process's memory, so counts are not \
              shared between instances and are lost on restart (set --memcached or SLIDEGATE_MEMCACHED)"
         );
     } else {
         tracing::info!(servers = ?config.servers, namespace = %config.namespace, "counting in Memcached");
-        if let Err(error) = app.limiter().ready().await {
-            tracing::warn!(%error, mode = ?config.failure_mode, "Memcached does not answer yet; the failure mode decides until it does");
-        }
+    }
+    let in_memcached = !config.servers.is_empty() || config.cluster.discovery.is_some();
+    if in_memcached && let Err(error) = app.limiter().ready().await {
+        tracing::warn!(%error, mode = ?config.failure_mode, "Memcached does not answer yet; the failure mode decides until it does");
     }
     tracing::info!(policies = ?config.policies.keys().collect::<Vec<_>>(), "policies loaded (SIGHUP or a change of the file reloads them)");
 

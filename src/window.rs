@@ -117,6 +117,21 @@ pub fn retry_after_ms(limit: Limit, counts: &[u64], now_ms: u64, cost: u64) -> O
     None
 }
 
+/// How long from `now_ms` until every count in `counts` (oldest first) has
+/// left the window: 0 when nothing is counted. A sub-bucket's counts weigh
+/// in full for a window after it ends, then nothing, so it is the newest
+/// counted sub-bucket that sets the time: `counts[i]` ends `i` sub-buckets
+/// after the oldest, which itself weighs nothing once the current one ends.
+pub fn empty_after_ms(window: Window, counts: &[u64], now_ms: u64) -> u64 {
+    let Some(newest) = counts.iter().rposition(|&count| count > 0) else {
+        return 0;
+    };
+    let bucket = window.bucket_ms();
+    let current_end = (now_ms - now_ms % bucket).saturating_add(bucket);
+    let sub_buckets_after = u64::try_from(newest).unwrap_or(u64::MAX);
+    current_end.saturating_add(bucket.saturating_mul(sub_buckets_after)) - now_ms
+}
+
 /// The counters of `counts` (read with `counts[k]` as bucket `from`) as seen
 /// from bucket `to`: counters that slid out are dropped, newer ones are
 /// unknown and taken as 0, so a lower bound stays a lower bound. `None` if
@@ -155,8 +170,12 @@ pub struct LimitState {
     /// `max(0, floor(limit - estimate))`.
     pub remaining: u64,
     /// How long until this limit admits one more unit: 0 while `remaining`
-    /// is above 0 (the `t` of the `RateLimit` header).
+    /// is above 0 (the `t` of the `RateLimit` header on a refusal).
     pub next_unit_ms: u64,
+    /// How long until every count now in the window has left it, this
+    /// request's included when counted: 0 only when nothing is counted
+    /// (the `t` of the `RateLimit` header on an admitted answer).
+    pub empty_after_ms: u64,
 }
 
 /// The decision for one request over every limit of a policy.
@@ -237,6 +256,7 @@ pub fn decide<C: AsRef<[u64]>>(
             estimate,
             remaining,
             next_unit_ms,
+            empty_after_ms: empty_after_ms(limit.window(), &after, now_ms),
         });
     }
     Verdict {
@@ -293,6 +313,30 @@ mod tests {
         // 20 * (1 - f) <= 13 at f = 0.35, 700 ms into the sub-bucket.
         assert_eq!(retry_after_ms(limit, &counts, now, 17), Some(100));
         assert_eq!(retry_after_ms(limit, &counts, now, 101), None);
+    }
+
+    #[test]
+    fn counts_leave_the_window_a_window_after_their_sub_bucket_ends() {
+        let minute = per_minute(10).window();
+        let now = 7 * MINUTE + 15_000;
+        assert_eq!(empty_after_ms(minute, &[0, 0], now), 0);
+        // Only the previous minute: gone when this one ends.
+        assert_eq!(empty_after_ms(minute, &[4, 0], now), 45_000);
+        // This minute's: gone when the next one ends.
+        assert_eq!(empty_after_ms(minute, &[4, 1], now), 105_000);
+        // 10 s in 5 sub-buckets of 2 s, 600 ms into the current one: the
+        // newest counted sub-bucket, three before the current, ended 4.6 s
+        // ago and weighs for 10 s after its end.
+        let tenths = Limit::new(100, 10_000, 5).unwrap().window();
+        let now = 7 * 10_000 + 4 * 2_000 + 600;
+        assert_eq!(empty_after_ms(tenths, &[1, 0, 3, 0, 0, 0], now), 5_400);
+        assert_eq!(empty_after_ms(tenths, &[1, 0, 0, 0, 0, 0], now), 1_400);
+        // Counted at the very start of a sub-bucket: a whole one more.
+        assert_eq!(empty_after_ms(minute, &[0, 1], 7 * MINUTE), 2 * MINUTE);
+        let verdict = decide(&[per_minute(10)], &[[0, 0]], now, 1, Counting::Never);
+        assert_eq!(verdict.limits[0].empty_after_ms, 0, "a peek counts nothing");
+        let verdict = decide(&[per_minute(10)], &[[0, 0]], now, 1, Counting::IfAdmitted);
+        assert_eq!(verdict.limits[0].empty_after_ms, 2 * MINUTE - now % MINUTE);
     }
 
     #[test]

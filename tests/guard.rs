@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::http;
+use slidegate::server::{self, Access, Methods, RoutePath};
 
 const TOKEN: &str = "s3cret-token-0123456789abcdef";
 const OTHER_TOKEN: &str = "other-token-0123456789abcdef";
@@ -192,6 +193,72 @@ async fn with_tokens_set_the_api_needs_one_and_health_stays_open() {
         "401 for {} requests without a valid token; 200 with either token",
         refused + 1
     );
+}
+
+/// The path form of forward-auth counts as the query form does: without a
+/// token it must not spend anyone's quota.
+#[tokio::test]
+async fn forward_auth_by_path_needs_a_token_too() {
+    let service = Service::start(
+        "auth-path",
+        &format!("{POLICY}[server]\napi_tokens = [\"{TOKEN}\"]\n"),
+        |_| {},
+    );
+    let victim = [("x-ratelimit-key", "victim")];
+    let response = http::send(service.addr, "GET", "/v1/auth/api/x", &victim, "").await;
+    assert_eq!(response.status, 401, "{}", response.body);
+    assert_eq!(
+        response.header("www-authenticate"),
+        Some("Bearer realm=\"slidegate\"")
+    );
+    let token = bearer(TOKEN);
+    let with_token = [victim[0], ("authorization", token.as_str())];
+    let response = http::send(service.addr, "GET", "/v1/auth/api/x", &with_token, "").await;
+    assert_eq!(response.status, 200, "{}", response.body);
+}
+
+/// Every route of the service's own table, called without a token: 401
+/// wherever tokens apply, never 401 where they do not. The list comes from
+/// the table, so a route added later is walked too.
+#[tokio::test]
+async fn every_route_without_a_token_is_refused_where_tokens_apply() {
+    for metrics_need_token in [false, true] {
+        let service = Service::start(
+            &format!("walk-{metrics_need_token}"),
+            &format!(
+                "{POLICY}[server]\napi_tokens = [\"{TOKEN}\"]\nmetrics_need_token = {metrics_need_token}\n"
+            ),
+            |_| {},
+        );
+        let mut open = Vec::new();
+        for route in server::ROUTES {
+            let path = match route.path {
+                RoutePath::Exact(path) => path.to_owned(),
+                RoutePath::Prefix(prefix) => format!("{prefix}api/x"),
+            };
+            let method = match route.methods {
+                Methods::Post => "POST",
+                Methods::Get => "GET",
+            };
+            let guarded = match route.access {
+                Access::Token => true,
+                Access::TokenIfMetricsNeedIt => metrics_need_token,
+                Access::Open => false,
+            };
+            let response = call(&service, method, &path, None).await;
+            if guarded {
+                assert_eq!(response.status, 401, "{method} {path}: {}", response.body);
+            } else {
+                assert_ne!(response.status, 401, "{method} {path}: {}", response.body);
+                open.push(path);
+            }
+        }
+        let mut expected = vec!["/healthz", "/readyz"];
+        if !metrics_need_token {
+            expected.push("/metrics");
+        }
+        assert_eq!(open, expected, "metrics_need_token = {metrics_need_token}");
+    }
 }
 
 #[tokio::test]

@@ -98,6 +98,11 @@ fn assert_json(response: &Response) {
 
 /// The check → reject → peek → report cycle, with every field and header.
 async fn decisions_carry_the_documented_fields(app: TestApp) {
+    // Nothing counted yet: nothing has to leave the window.
+    let fresh = app
+        .post("/v1/peek", json!({"key": "client-42", "policy": "api"}))
+        .await;
+    assert_eq!(fresh.header("ratelimit"), Some("\"api\";r=3;t=0"));
     let body = json!({"key": "client-42", "policy": "api"});
     for remaining in [2, 1, 0] {
         let response = app.post("/v1/check", body.clone()).await;
@@ -108,6 +113,10 @@ async fn decisions_carry_the_documented_fields(app: TestApp) {
             Some("\"api\";q=3;w=60")
         );
         assert_eq!(response.json()["remaining"], remaining);
+        // Counted 30 s into this minute: they leave the window when the
+        // next minute ends, 90 s from now.
+        let state = format!("\"api\";r={remaining};t=90");
+        assert_eq!(response.header("ratelimit"), Some(state.as_str()));
         assert!(response.header("retry-after").is_none());
     }
     let response = app.post("/v1/check", body.clone()).await;
@@ -159,7 +168,10 @@ async fn decisions_carry_the_documented_fields(app: TestApp) {
     );
     assert_eq!(
         response.header("ratelimit"),
-        Some("\"inline-1s\";r=8;t=0, \"inline-10m-p10\";r=2998;t=0")
+        // 1 s window: this second's counts leave it at the end of the
+        // next second; 10 min in 1 min sub-buckets, 30 s into one: its end
+        // and 10 min more.
+        Some("\"inline-1s\";r=8;t=2, \"inline-10m-p10\";r=2998;t=630")
     );
 
     // A cost no limit can ever admit.
@@ -346,6 +358,54 @@ async fn statuses_for_size_method_and_path() {
     }
 }
 
+/// A client that announces a 1 MiB body and sends all of it before it
+/// reads must read the 413, not a reset: the server answers at once, then
+/// reads what is in flight (up to a bound) before it closes.
+#[tokio::test]
+async fn a_client_still_sending_a_large_body_reads_its_413() {
+    let app = memory_app().await;
+    const BODY: usize = 1 << 20;
+    let chunk = vec![b'a'; 64 * 1024];
+    for attempt in 0..10 {
+        let mut stream = tokio::net::TcpStream::connect(app.addr).await.unwrap();
+        let head = format!(
+            "POST /v1/check HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\ncontent-length: {BODY}\r\n\r\n"
+        );
+        stream.write_all(head.as_bytes()).await.unwrap();
+        let (mut sent, mut write_error) = (0, None);
+        while sent < BODY {
+            // A broken pipe here is the bug (a client such as curl stops
+            // at it): note it, and still try to read the answer.
+            if let Err(error) = stream.write_all(&chunk).await {
+                write_error = Some(error);
+                break;
+            }
+            sent += chunk.len();
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let mut answer = Vec::new();
+        let mut buffer = [0u8; 1024];
+        let read = tokio::time::timeout(Duration::from_secs(10), async {
+            while !answer.windows(2).any(|pair| pair == b"\r\n") {
+                match stream.read(&mut buffer).await {
+                    Ok(0) => return Ok(()),
+                    Ok(n) => answer.extend_from_slice(&buffer[..n]),
+                    Err(error) => return Err(error),
+                }
+            }
+            Ok(())
+        })
+        .await;
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(
+            write_error.is_none()
+                && matches!(read, Ok(Ok(())))
+                && answer.starts_with("HTTP/1.1 413"),
+            "attempt {attempt}, {sent} bytes sent ({write_error:?}): {read:?} {answer:?}"
+        );
+    }
+}
+
 /// Random bytes and random near-JSON never make the server fail: every
 /// answer is a 200, 400, 413 or 429 with a JSON body, and the server keeps
 /// answering. Bounded: 400 requests.
@@ -410,24 +470,37 @@ async fn no_input_breaks_the_server() {
     assert_eq!(app.get("/healthz").await.status, 200);
 }
 
-#[tokio::test]
-async fn forward_auth_keys_statuses_and_headers() {
+/// An app on the memory store whose forward-auth trusts these proxies.
+async fn forward_auth_app(trusted_proxies: &[&str]) -> TestApp {
     let auth = AuthConfig {
-        trusted_proxies: vec![IpNet::parse("127.0.0.1").unwrap()],
+        trusted_proxies: trusted_proxies
+            .iter()
+            .map(|network| IpNet::parse(network).unwrap())
+            .collect(),
         deny_status: 429,
     };
-    let app = spawn_app(
+    spawn_app(
         AnyStore::Memory(MemoryStore::new()),
         FailureMode::Allow,
         auth,
     )
-    .await;
+    .await
+}
+
+#[tokio::test]
+async fn forward_auth_keys_statuses_and_headers() {
+    let app = forward_auth_app(&["127.0.0.1"]).await;
     let auth_get = |path: &'static str, headers: &'static [(&'static str, &'static str)]| {
         http::send(app.addr, "GET", path, headers, Vec::new())
     };
     let admitted = auth_get("/v1/auth?policy=api", &[("x-ratelimit-key", "token-1")]).await;
     assert_eq!((admitted.status, admitted.body.as_str()), (200, ""));
-    assert_eq!(admitted.header("ratelimit"), Some("\"api\";r=2;t=0"));
+    assert_eq!(
+        admitted.header("content-type"),
+        None,
+        "an empty body has no content type"
+    );
+    assert_eq!(admitted.header("ratelimit"), Some("\"api\";r=2;t=90"));
     auth_get(
         "/v1/auth?policy=api&cost=2",
         &[("x-ratelimit-key", "token-1")],
@@ -445,8 +518,8 @@ async fn forward_auth_keys_statuses_and_headers() {
     .await;
     assert_eq!(for_nginx.status, 403);
 
-    // Without the header: the first X-Forwarded-For hop, since 127.0.0.1
-    // (this test) is a trusted proxy.
+    // Without the header: the rightmost X-Forwarded-For hop that is not a
+    // trusted proxy (10.0.0.1), since 127.0.0.1 (this test) is one.
     let forwarded: &[(&str, &str)] = &[("x-forwarded-for", "203.0.113.9, 10.0.0.1")];
     for _ in 0..3 {
         assert_eq!(auth_get("/v1/auth?policy=api", forwarded).await.status, 200);
@@ -488,6 +561,54 @@ async fn forward_auth_keys_statuses_and_headers() {
             response.error()
         );
     }
+}
+
+/// The key is the rightmost X-Forwarded-For hop that is not a trusted
+/// proxy: the hops on its left are the client's to write. The two keys
+/// start with different counts, so a wrong choice changes the status.
+#[tokio::test]
+async fn forward_auth_keys_on_the_rightmost_untrusted_hop() {
+    let app = forward_auth_app(&["127.0.0.1", "10.0.0.0/8"]).await;
+    let (victim, client) = ("203.0.113.66", "198.51.100.7");
+    // The victim's quota is spent; the client's is whole.
+    let spent = app
+        .post(
+            "/v1/check",
+            json!({"key": victim, "policy": "api", "cost": 3}),
+        )
+        .await;
+    assert_eq!(spent.status, 200);
+    let auth_get = |forwarded: String| async move {
+        http::send(
+            app.addr,
+            "GET",
+            "/v1/auth?policy=api",
+            &[("x-forwarded-for", forwarded.as_str())],
+            Vec::new(),
+        )
+        .await
+    };
+    for forwarded in [
+        // The client wrote the victim's address; the proxy appended the
+        // client's.
+        format!("{victim}, {client}"),
+        // Through a chain of trusted proxies.
+        format!("{victim}, {client}, 10.0.0.2, 10.0.0.3"),
+        format!("{victim},{client} ,10.1.2.3"),
+    ] {
+        let response = auth_get(forwarded.clone()).await;
+        assert_eq!(response.status, 200, "{forwarded}: keyed on the victim");
+    }
+    let peek = app
+        .post("/v1/peek", json!({"key": client, "policy": "api"}))
+        .await;
+    assert_eq!(peek.json()["limits"][0]["estimate"], 3.0, "{}", peek.body);
+    // Now the client's quota is spent and not the other's: refused.
+    let response = auth_get(format!("198.51.100.200, {client}, 10.0.0.2")).await;
+    assert_eq!(
+        response.status, 429,
+        "keyed on the address the client wrote"
+    );
 }
 
 #[tokio::test]
@@ -678,6 +799,26 @@ mod binary {
         let mut child = slidegate().env("SLIDEGATE_CONFIG", &file).spawn().unwrap();
         wait_for_health(&in_file, &mut child);
         stop(child);
+    }
+
+    /// With only a discovery endpoint, the store is Memcached, and the log
+    /// says so (the endpoint need not answer for the start to go on).
+    #[test]
+    fn discovery_alone_is_logged_as_memcached() {
+        let (listen, endpoint) = (free_addr(), free_addr());
+        let mut child = slidegate()
+            .args(["--listen", &listen, "--memcached-discovery", &endpoint])
+            .spawn()
+            .unwrap();
+        wait_for_health(&listen, &mut child);
+        let log = stop(child);
+        assert!(!log.contains("no Memcached server configured"), "{log}");
+        assert!(
+            log.contains(&format!(
+                "counting in Memcached via discovery at {endpoint}"
+            )),
+            "{log}"
+        );
     }
 
     #[test]

@@ -199,16 +199,20 @@ pub(crate) fn decision_json(decision: &Decision) -> Bytes {
     Bytes::from(buffer)
 }
 
-/// A JSON answer; `headers` adds what else it carries.
+/// A JSON answer (an empty body has no content type: there is no JSON in
+/// it); `headers` adds what else it carries.
 pub(crate) fn respond(
     status: StatusCode,
     body: Bytes,
     headers: impl FnOnce(&mut HeaderMap),
 ) -> Response<Body> {
+    let has_body = !body.is_empty();
     let mut response = Response::new(Full::new(body));
     *response.status_mut() = status;
     let map = response.headers_mut();
-    map.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    if has_body {
+        map.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    }
     headers(map);
     response
 }

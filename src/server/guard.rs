@@ -111,11 +111,18 @@ impl Guard {
 
     /// The 401 for a request that needs a token and has no valid one;
     /// `None` lets it through. No allocation when it passes.
-    pub(crate) fn refuse<B>(&self, request: &Request<B>) -> Option<Response<Body>> {
-        let needs_token = match request.uri().path() {
-            "/v1/check" | "/v1/peek" | "/v1/report" | "/v1/auth" => true,
-            "/metrics" => self.settings.metrics_need_token,
-            _ => false,
+    /// Who may call is the route's to say (`access`, from the route
+    /// table), so no path can be left out here.
+    pub(crate) fn refuse<B>(
+        &self,
+        request: &Request<B>,
+        access: super::routes::Access,
+    ) -> Option<Response<Body>> {
+        use super::routes::Access;
+        let needs_token = match access {
+            Access::Token => true,
+            Access::TokenIfMetricsNeedIt => self.settings.metrics_need_token,
+            Access::Open => false,
         };
         if !needs_token {
             return None;

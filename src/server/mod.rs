@@ -3,12 +3,16 @@
 //! so tests run the real server on port 0.
 
 pub(crate) mod api;
+mod body;
+mod forward_auth;
 mod guard;
 mod metrics;
 pub mod reload;
 #[cfg(feature = "grpc")]
 pub mod rls;
 mod routes;
+
+pub use routes::{Access, Methods, ROUTES, Route, RoutePath};
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -1,0 +1,93 @@
+//! Request bodies: read whole up to [`MAX_BODY_BYTES`], or refused with the
+//! answer that says why; a refused body still in flight is drained.
+
+use std::task::Poll;
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Limited};
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{CONTENT_LENGTH, EXPECT};
+use hyper::{Request, Response, StatusCode};
+
+use super::api::{self, Body};
+use super::{MAX_BODY_BYTES, READ_TIMEOUT};
+
+/// How much of a refused body is read and dropped after the answer, and
+/// for how long at most, so that the client can finish sending it and read
+/// the answer (see [`drain_in_background`]).
+const DRAIN_BYTES: usize = 1024 * 1024;
+const DRAIN_TIME: Duration = Duration::from_secs(2);
+
+/// The whole body, or the response that refuses it: 413 over 64 KiB (told
+/// by Content-Length up front, or found while reading), 408 when it does
+/// not arrive in time, 400 when the client breaks off.
+pub(super) async fn read_body(request: Request<Incoming>) -> Result<Bytes, Response<Body>> {
+    let too_large = || {
+        api::error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("body: larger than {MAX_BODY_BYTES} bytes"),
+        )
+    };
+    let declared = request
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<u64>().ok());
+    // A client that waits for `100 Continue` has sent nothing to drain,
+    // and reading would invite it to send.
+    let waits_to_send = request.headers().contains_key(EXPECT);
+    let mut body = request.into_body();
+    if declared.is_some_and(|length| length > MAX_BODY_BYTES as u64) {
+        if !waits_to_send {
+            drain_in_background(body);
+        }
+        return Err(too_large());
+    }
+    let read = {
+        let reading = Limited::new(&mut body, MAX_BODY_BYTES).collect();
+        let mut reading = std::pin::pin!(reading);
+        // A small body has nearly always arrived with its headers: take it
+        // without arming a timer, which would cost every request.
+        match std::future::poll_fn(|cx| Poll::Ready(reading.as_mut().poll(cx))).await {
+            Poll::Ready(read) => Ok(read),
+            Poll::Pending => tokio::time::timeout(READ_TIMEOUT, reading).await,
+        }
+    };
+    match read {
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Err(error)) if error.is::<http_body_util::LengthLimitError>() => {
+            drain_in_background(body);
+            Err(too_large())
+        }
+        Ok(Err(error)) => Err(api::error(
+            StatusCode::BAD_REQUEST,
+            format!("body: could not be read: {error}"),
+        )),
+        Err(_) => Err(api::error(
+            StatusCode::REQUEST_TIMEOUT,
+            "body: not received in time",
+        )),
+    }
+}
+
+/// Read and drop the rest of a refused body while the answer goes out, up
+/// to [`DRAIN_BYTES`] or [`DRAIN_TIME`], as nginx's lingering close does.
+/// Closing a connection with data unread makes the kernel reset it, and a
+/// client still writing its body then gets a broken pipe instead of the
+/// answer. Past the bounds the connection is closed all the same: a client
+/// cannot hold it with an endless body.
+fn drain_in_background(mut body: Incoming) {
+    tokio::spawn(async move {
+        let mut left = DRAIN_BYTES;
+        let _ = tokio::time::timeout(DRAIN_TIME, async {
+            while let Some(Ok(frame)) = body.frame().await {
+                let size = frame.data_ref().map_or(0, Bytes::len);
+                match left.checked_sub(size) {
+                    Some(rest) => left = rest,
+                    None => return,
+                }
+            }
+        })
+        .await;
+    });
+}
