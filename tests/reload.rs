@@ -59,17 +59,45 @@ fn configmap_update(dir: &Path, version: &str, text: &str) {
 
 fn start(config: &Path, dir: &Path) -> (Daemon, SocketAddr) {
     let addr = process::free_addr();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_slidegate"));
-    command
-        .arg("--config")
-        .arg(config)
-        .args(["--listen", &addr.to_string()])
-        .env_remove("SLIDEGATE_MEMCACHED")
-        .env("RUST_LOG", "info")
-        .env("NO_COLOR", "1");
-    let mut daemon = Daemon::start("slidegate", command, &dir.join("slidegate.log"));
-    daemon.wait_for(addr);
+    let daemon = start_listening(config, dir, Some(addr), &[addr]);
     (daemon, addr)
+}
+
+/// The binary on `config`, with `--listen` when given (else the file's
+/// `listen`), once every address of `ready` accepts connections.
+fn start_listening(
+    config: &Path,
+    dir: &Path,
+    listen: Option<SocketAddr>,
+    ready: &[SocketAddr],
+) -> Daemon {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_slidegate"));
+    command.arg("--config").arg(config);
+    if let Some(addr) = listen {
+        command.args(["--listen", &addr.to_string()]);
+    }
+    for variable in ["SLIDEGATE_MEMCACHED", "SLIDEGATE_API_TOKENS", "SLIDEGATE_LISTEN"] {
+        command.env_remove(variable);
+    }
+    command.env("RUST_LOG", "info").env("NO_COLOR", "1");
+    let mut daemon = Daemon::start("slidegate", command, &dir.join("slidegate.log"));
+    for addr in ready {
+        daemon.wait_for(*addr);
+    }
+    daemon
+}
+
+fn hang_up(daemon: &Daemon) {
+    // SAFETY: a signal to the child this test started.
+    assert_eq!(unsafe { libc::kill(daemon.pid(), libc::SIGHUP) }, 0);
+}
+
+/// Wait until the binary has finished `count` successful reloads.
+async fn reloaded(addr: SocketAddr, count: f64) {
+    eventually("the reload", || async {
+        metric(addr, "slidegate_config_reloads_total{result=\"ok\"}").await == Some(count)
+    })
+    .await;
 }
 
 async fn check(addr: SocketAddr, policy: &str) -> http::Response {
@@ -182,8 +210,7 @@ async fn sighup_reloads() {
     let with_extra =
         format!("{off}\n[policies.extra]\nlimits = [{{ limit = 1, window = \"1h\" }}]\n");
     std::fs::write(&config, with_extra).unwrap();
-    // SAFETY: a signal to the child this test started.
-    assert_eq!(unsafe { libc::kill(daemon.pid(), libc::SIGHUP) }, 0);
+    hang_up(&daemon);
     eventually("the reload on SIGHUP", || async {
         check(addr, "extra").await.status != 400
     })
@@ -193,4 +220,140 @@ async fn sighup_reloads() {
         "{}",
         daemon.log()
     );
+}
+
+const TOKEN_A: &str = "token-a-leaked-0123456789";
+const TOKEN_B: &str = "token-b-kept-0123456789";
+
+const RLS_RULES: &str = "domain: test\ndescriptors:\n  - key: client\n    rate_limit: {unit: hour, requests_per_unit: 1000}\n";
+
+async fn check_with(addr: SocketAddr, token: &str) -> u16 {
+    let authorization = format!("Bearer {token}");
+    http::send(
+        addr,
+        "POST",
+        "/v1/check",
+        &[("authorization", &authorization)],
+        r#"{"key": "k", "limits": [{"limit": 1000, "window": "1h"}]}"#,
+    )
+    .await
+    .status
+}
+
+/// The gRPC code of one ShouldRateLimit call carrying `token`.
+#[cfg(feature = "grpc")]
+async fn rls_call_with(rls: SocketAddr, token: &str) -> tonic::Code {
+    use slidegate::server::rls::pb::envoy::extensions::common::ratelimit::v3::{
+        RateLimitDescriptor, rate_limit_descriptor::Entry,
+    };
+    use slidegate::server::rls::pb::envoy::service::ratelimit::v3::{
+        RateLimitRequest, rate_limit_service_client::RateLimitServiceClient,
+    };
+    let channel = tonic::transport::Channel::from_shared(format!("http://{rls}"))
+        .unwrap()
+        .connect_timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .unwrap();
+    let mut call = tonic::Request::new(RateLimitRequest {
+        domain: "test".to_owned(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: "client".to_owned(),
+                value: "c".to_owned(),
+            }],
+            ..RateLimitDescriptor::default()
+        }],
+        hits_addend: 0,
+    });
+    call.metadata_mut()
+        .insert("authorization", format!("Bearer {token}").parse().unwrap());
+    match RateLimitServiceClient::new(channel)
+        .should_rate_limit(call)
+        .await
+    {
+        Ok(_) => tonic::Code::Ok,
+        Err(status) => status.code(),
+    }
+}
+
+/// Where the tokens are written: in the file's `server.api_tokens`, or in
+/// the file that `server.api_tokens_file` names.
+#[derive(Clone, Copy, Debug)]
+enum TokensIn {
+    List,
+    File,
+}
+
+/// A leaked token taken out of the configuration and a SIGHUP: the very
+/// next HTTP request with it gets 401, the next RLS call UNAUTHENTICATED,
+/// and the token that stays keeps working on both faces.
+async fn a_revoked_token_is_refused_on_the_next_call(tokens_in: TokensIn) {
+    let dir = process::temp_dir("slidegate-revoke");
+    let config = dir.join("slidegate.toml");
+    let tokens_file = dir.join("tokens");
+    std::fs::write(dir.join("rules.yaml"), RLS_RULES).unwrap();
+    let addr = process::free_addr();
+    let rls = process::free_addr();
+    let write = |tokens: &[&str]| {
+        let quoted: Vec<String> = tokens.iter().map(|t| format!("{t:?}")).collect();
+        let server = match tokens_in {
+            TokensIn::List => format!("api_tokens = [{}]", quoted.join(", ")),
+            TokensIn::File => {
+                std::fs::write(&tokens_file, tokens.join("\n")).unwrap();
+                "api_tokens_file = \"tokens\"".to_owned()
+            }
+        };
+        let rls_section = if cfg!(feature = "grpc") {
+            format!("[rls]\nlisten = \"{rls}\"\nconfig = \"rules.yaml\"\n")
+        } else {
+            String::new()
+        };
+        std::fs::write(
+            &config,
+            format!("[reload]\nwatch_ms = 0\n[server]\n{server}\n{rls_section}"),
+        )
+        .unwrap();
+    };
+    write(&[TOKEN_A, TOKEN_B]);
+    let ready: &[SocketAddr] = if cfg!(feature = "grpc") {
+        &[addr, rls]
+    } else {
+        &[addr]
+    };
+    let daemon = start_listening(&config, &dir, Some(addr), ready);
+    assert_eq!(check_with(addr, TOKEN_A).await, 200);
+    assert_eq!(check_with(addr, TOKEN_B).await, 200);
+    #[cfg(feature = "grpc")]
+    assert_eq!(rls_call_with(rls, TOKEN_A).await, tonic::Code::Ok);
+
+    write(&[TOKEN_B]);
+    hang_up(&daemon);
+    reloaded(addr, 1.0).await;
+    assert_eq!(
+        check_with(addr, TOKEN_A).await,
+        401,
+        "{tokens_in:?}: the revoked token still opens the HTTP API:\n{}",
+        daemon.log()
+    );
+    assert_eq!(check_with(addr, TOKEN_B).await, 200, "{tokens_in:?}");
+    #[cfg(feature = "grpc")]
+    {
+        assert_eq!(
+            rls_call_with(rls, TOKEN_A).await,
+            tonic::Code::Unauthenticated,
+            "{tokens_in:?}: the revoked token still opens RLS"
+        );
+        assert_eq!(rls_call_with(rls, TOKEN_B).await, tonic::Code::Ok);
+    }
+}
+
+#[tokio::test]
+async fn a_token_removed_from_api_tokens_is_refused_after_a_reload() {
+    a_revoked_token_is_refused_on_the_next_call(TokensIn::List).await;
+}
+
+#[tokio::test]
+async fn a_token_removed_from_api_tokens_file_is_refused_after_a_reload() {
+    a_revoked_token_is_refused_on_the_next_call(TokensIn::File).await;
 }

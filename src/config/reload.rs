@@ -9,7 +9,48 @@
 
 use std::path::PathBuf;
 
-use super::{Config, ConfigError, Overrides};
+use super::{ClusterConfig, Config, ConfigError, Overrides, ServerGuard, TlsConfig};
+
+/// Every key of the file that a reload puts in force at once. `policies`
+/// stands for all of `[policies.*]`.
+pub const APPLIED_LIVE: &[&str] = &[
+    "policies",
+    "auth.trusted_proxies",
+    "auth.deny_status",
+    "server.max_connections",
+    "server.api_tokens",
+    "server.api_tokens_file",
+    "server.metrics_need_token",
+    "reload.watch_ms",
+];
+
+/// Every key that only a restart applies: the listeners, the store and
+/// what the limiter was built with. A reload that changes one names it
+/// and keeps running with the old value.
+///
+/// The two lists together are every key of the file: a unit test reads the
+/// keys from the file's serde structs themselves, so a key added later
+/// fails it until it is put in one list; and [`restart_only_changes`]
+/// destructures [`Config`] without `..`, so a new field does not compile
+/// until it is compared or declared live.
+pub const RESTART_ONLY: &[&str] = &[
+    "listen",
+    "memcached.servers",
+    "memcached.timeout_ms",
+    "memcached.namespace",
+    "memcached.connections",
+    "memcached.discovery",
+    "memcached.discovery_interval_ms",
+    "memcached.tls",
+    "memcached.tls_ca_file",
+    "memcached.tls_server_name",
+    "near_cache.capacity",
+    "failure.mode",
+    "rls.listen",
+    "rls.config",
+    "memory.capacity",
+    "clock.source",
+];
 
 /// The configuration the process started with, and how to load the next.
 pub struct Reloader {
@@ -18,12 +59,15 @@ pub struct Reloader {
     started: Config,
     /// The file's bytes when last loaded; `None` when it could not be read.
     seen: Option<Vec<u8>>,
+    /// How often to read the file, as the last loaded one says (it applies
+    /// live).
+    watch: Option<std::time::Duration>,
 }
 
 /// A configuration that loaded, with what it cannot apply live.
 pub struct Reloaded {
     pub config: Config,
-    /// Settings that changed but need a restart (`listen`, `memcached.servers`, ...).
+    /// Keys of [`RESTART_ONLY`] whose value differs from the one in force.
     pub needs_restart: Vec<&'static str>,
 }
 
@@ -36,6 +80,7 @@ impl Reloader {
             .and_then(|path| std::fs::read(path).ok());
         Reloader {
             overrides,
+            watch: started.watch,
             started,
             seen,
         }
@@ -48,6 +93,12 @@ impl Reloader {
     /// The configuration the process started with.
     pub fn started(&self) -> &Config {
         &self.started
+    }
+
+    /// How often the file is read for changes now (`reload.watch_ms` of the
+    /// last file that loaded); `None`: only on SIGHUP.
+    pub fn watch(&self) -> Option<std::time::Duration> {
+        self.watch
     }
 
     /// Whether the file's content differs from what was last loaded (or
@@ -79,10 +130,88 @@ impl Reloader {
             .as_ref()
             .and_then(|path| std::fs::read(path).ok());
         let config = Config::load(&self.overrides)?;
-        let needs_restart = self.started.needs_restart(&config);
+        let needs_restart = restart_only_changes(&self.started, &config);
+        self.watch = config.watch;
         Ok(Reloaded {
             config,
             needs_restart,
         })
     }
+}
+
+/// The keys of [`RESTART_ONLY`] whose value in `new` differs from the one
+/// `running` was started with. Values are compared as resolved (flags and
+/// environment applied, the tokens file read), so only what would really
+/// change is named.
+pub fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'static str> {
+    // No `..` in these patterns: a field added to one of these structs does
+    // not compile until it is compared here or named as applied live.
+    let Config {
+        listen,
+        servers,
+        namespace,
+        connections,
+        cluster,
+        timeout,
+        near_cache_capacity,
+        failure_mode,
+        policies: _,
+        auth: _,
+        rls_listen,
+        rls_config,
+        watch: _,
+        memory_capacity,
+        server,
+        clock_source,
+    } = running;
+    let ClusterConfig {
+        discovery,
+        discovery_interval,
+        tls,
+    } = cluster;
+    let ServerGuard {
+        max_connections: _,
+        api_tokens: _,
+        metrics_need_token: _,
+        // Not a key of the file: a constant of the server.
+        quiet_timeout: _,
+    } = server;
+    let tls_part = |tls: &Option<TlsConfig>| {
+        let TlsConfig {
+            ca_file,
+            server_name,
+        } = tls.clone().unwrap_or_default();
+        (ca_file, server_name)
+    };
+    let (ca_file, server_name) = tls_part(tls);
+    let (new_ca_file, new_server_name) = tls_part(&new.cluster.tls);
+
+    let differences = [
+        ("listen", *listen != new.listen),
+        ("memcached.servers", *servers != new.servers),
+        ("memcached.timeout_ms", *timeout != new.timeout),
+        ("memcached.namespace", *namespace != new.namespace),
+        ("memcached.connections", *connections != new.connections),
+        ("memcached.discovery", *discovery != new.cluster.discovery),
+        (
+            "memcached.discovery_interval_ms",
+            *discovery_interval != new.cluster.discovery_interval,
+        ),
+        ("memcached.tls", tls.is_some() != new.cluster.tls.is_some()),
+        ("memcached.tls_ca_file", ca_file != new_ca_file),
+        ("memcached.tls_server_name", server_name != new_server_name),
+        (
+            "near_cache.capacity",
+            *near_cache_capacity != new.near_cache_capacity,
+        ),
+        ("failure.mode", *failure_mode != new.failure_mode),
+        ("rls.listen", *rls_listen != new.rls_listen),
+        ("rls.config", *rls_config != new.rls_config),
+        ("memory.capacity", *memory_capacity != new.memory_capacity),
+        ("clock.source", *clock_source != new.clock_source),
+    ];
+    differences
+        .into_iter()
+        .filter_map(|(key, differs)| differs.then_some(key))
+        .collect()
 }
