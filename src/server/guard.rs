@@ -2,8 +2,8 @@
 //! counters they keep, read into /metrics by [`snapshot`].
 
 use std::net::SocketAddr;
-use std::sync::{Arc, RwLock};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use hyper::header::{AUTHORIZATION, HeaderValue, WWW_AUTHENTICATE};
