@@ -76,7 +76,11 @@ fn start_listening(
     if let Some(addr) = listen {
         command.args(["--listen", &addr.to_string()]);
     }
-    for variable in ["SLIDEGATE_MEMCACHED", "SLIDEGATE_API_TOKENS", "SLIDEGATE_LISTEN"] {
+    for variable in [
+        "SLIDEGATE_MEMCACHED",
+        "SLIDEGATE_API_TOKENS",
+        "SLIDEGATE_LISTEN",
+    ] {
         command.env_remove(variable);
     }
     command.env("RUST_LOG", "info").env("NO_COLOR", "1");
@@ -356,4 +360,128 @@ async fn a_token_removed_from_api_tokens_is_refused_after_a_reload() {
 #[tokio::test]
 async fn a_token_removed_from_api_tokens_file_is_refused_after_a_reload() {
     a_revoked_token_is_refused_on_the_next_call(TokensIn::File).await;
+}
+
+/// Every restart-only key changed at once: the reload applies what it can
+/// and names each of the others in its "restart needed" line, and
+/// `slidegate_config_restart_pending` is 1 until the file agrees with the
+/// running process again.
+#[tokio::test]
+async fn a_reload_names_every_restart_only_key_it_cannot_apply() {
+    let dir = process::temp_dir("slidegate-restart-keys");
+    let config = dir.join("slidegate.toml");
+    let addr = process::free_addr();
+    let running = format!("listen = \"{addr}\"\n[reload]\nwatch_ms = 0\n");
+    std::fs::write(&config, &running).unwrap();
+    std::fs::write(dir.join("ca.pem"), "read only when connecting").unwrap();
+    let daemon = start_listening(&config, &dir, None, &[addr]);
+    assert_eq!(
+        metric(addr, "slidegate_config_restart_pending").await,
+        Some(0.0)
+    );
+
+    let ca = dir.join("ca.pem");
+    let every_key_changed = format!(
+        r#"{running}
+[memcached]
+servers = ["127.0.0.1:9"]
+timeout_ms = 75
+namespace = "elsewhere"
+connections = 3
+discovery = "127.0.0.1:10"
+discovery_interval_ms = 2000
+tls = true
+tls_ca_file = "{ca}"
+tls_server_name = "cache.internal"
+[near_cache]
+capacity = 10
+[failure]
+mode = "local"
+[rls]
+listen = "127.0.0.1:11"
+config = "rules.yaml"
+[memory]
+capacity = 100
+[clock]
+source = "memcached"
+[policies.new]
+limits = [{{ limit = 1, window = "1h" }}]
+"#,
+        ca = ca.display()
+    )
+    .replace(&format!("listen = \"{addr}\""), "listen = \"127.0.0.1:12\"");
+    std::fs::write(&config, every_key_changed).unwrap();
+    hang_up(&daemon);
+    reloaded(addr, 1.0).await;
+    let log = daemon.log();
+    let line = log
+        .lines()
+        .find(|line| line.contains("restart needed"))
+        .unwrap_or_else(|| panic!("no restart-needed line:\n{log}"));
+    let missing: Vec<&str> = slidegate::config::reload::RESTART_ONLY
+        .iter()
+        .copied()
+        .filter(|key| !line.contains(&format!("\"{key}\"")))
+        .collect();
+    assert!(missing.is_empty(), "not named: {missing:?} in\n{line}");
+    assert_eq!(
+        metric(addr, "slidegate_config_restart_pending").await,
+        Some(1.0)
+    );
+    // What could apply did, on the old listener and store.
+    assert_eq!(check(addr, "new").await.status, 200);
+
+    std::fs::write(&config, &running).unwrap();
+    hang_up(&daemon);
+    reloaded(addr, 2.0).await;
+    assert_eq!(
+        metric(addr, "slidegate_config_restart_pending").await,
+        Some(0.0),
+        "the file agrees with the running process again"
+    );
+}
+
+/// `server.metrics_need_token` and `server.max_connections` apply live too.
+#[tokio::test]
+async fn the_server_section_applies_live() {
+    let dir = process::temp_dir("slidegate-server-live");
+    let config = dir.join("slidegate.toml");
+    let tokens = format!("[reload]\nwatch_ms = 0\n[server]\napi_tokens = [\"{TOKEN_B}\"]\n");
+    std::fs::write(&config, &tokens).unwrap();
+    let (daemon, addr) = start(&config, &dir);
+    assert_eq!(http::get(addr, "/metrics").await.status, 200);
+
+    let guarded = format!("{tokens}metrics_need_token = true\n");
+    std::fs::write(&config, &guarded).unwrap();
+    hang_up(&daemon);
+    eventually("/metrics guarded", || async {
+        http::get(addr, "/metrics").await.status == 401
+    })
+    .await;
+
+    std::fs::write(&config, format!("{guarded}max_connections = 1\n")).unwrap();
+    hang_up(&daemon);
+    // One connection held open takes the only place: the next is closed.
+    // (Held anew each try: the place may still be taken, for an instant,
+    // by a connection the server has not yet seen close.)
+    eventually("the cap of 1 applied", || async {
+        let _held = tokio::net::TcpStream::connect(addr).await.unwrap();
+        closed_at_once(addr).await
+    })
+    .await;
+    assert!(!daemon.log().contains("restart needed"), "{}", daemon.log());
+}
+
+/// Whether a new connection to `addr` is closed without an answer.
+async fn closed_at_once(addr: SocketAddr) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut stream) = tokio::net::TcpStream::connect(addr).await else {
+        return true;
+    };
+    let _ = stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: slidegate\r\n\r\n")
+        .await;
+    let mut answer = [0u8; 64];
+    let read = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut answer)).await;
+    matches!(read, Ok(Ok(0) | Err(_)))
 }
