@@ -282,11 +282,14 @@ async fn rls_call_with(rls: SocketAddr, token: &str) -> tonic::Code {
 }
 
 /// Where the tokens are written: in the file's `server.api_tokens`, or in
-/// the file that `server.api_tokens_file` names.
-#[derive(Clone, Copy, Debug)]
+/// the file that `server.api_tokens_file` names; and what reloads them:
+/// SIGHUP, or (`FileWatched`) only the tokens file's change, seen by the
+/// watch.
+#[derive(Clone, Copy, Debug, PartialEq)]
 enum TokensIn {
     List,
     File,
+    FileWatched,
 }
 
 /// A leaked token taken out of the configuration and a SIGHUP: the very
@@ -299,11 +302,16 @@ async fn a_revoked_token_is_refused_on_the_next_call(tokens_in: TokensIn) {
     std::fs::write(dir.join("rules.yaml"), RLS_RULES).unwrap();
     let addr = process::free_addr();
     let rls = process::free_addr();
+    let watch_ms = if tokens_in == TokensIn::FileWatched {
+        100
+    } else {
+        0
+    };
     let write = |tokens: &[&str]| {
         let quoted: Vec<String> = tokens.iter().map(|t| format!("{t:?}")).collect();
         let server = match tokens_in {
             TokensIn::List => format!("api_tokens = [{}]", quoted.join(", ")),
-            TokensIn::File => {
+            TokensIn::File | TokensIn::FileWatched => {
                 std::fs::write(&tokens_file, tokens.join("\n")).unwrap();
                 "api_tokens_file = \"tokens\"".to_owned()
             }
@@ -315,7 +323,7 @@ async fn a_revoked_token_is_refused_on_the_next_call(tokens_in: TokensIn) {
         };
         std::fs::write(
             &config,
-            format!("[reload]\nwatch_ms = 0\n[server]\n{server}\n{rls_section}"),
+            format!("[reload]\nwatch_ms = {watch_ms}\n[server]\n{server}\n{rls_section}"),
         )
         .unwrap();
     };
@@ -332,7 +340,9 @@ async fn a_revoked_token_is_refused_on_the_next_call(tokens_in: TokensIn) {
     assert_eq!(rls_call_with(rls, TOKEN_A).await, tonic::Code::Ok);
 
     write(&[TOKEN_B]);
-    hang_up(&daemon);
+    if tokens_in != TokensIn::FileWatched {
+        hang_up(&daemon);
+    }
     reloaded(addr, 1.0).await;
     assert_eq!(
         check_with(addr, TOKEN_A).await,
@@ -360,6 +370,13 @@ async fn a_token_removed_from_api_tokens_is_refused_after_a_reload() {
 #[tokio::test]
 async fn a_token_removed_from_api_tokens_file_is_refused_after_a_reload() {
     a_revoked_token_is_refused_on_the_next_call(TokensIn::File).await;
+}
+
+/// A Kubernetes Secret mounted as the tokens file changes without a signal:
+/// the watch reads the tokens file as it reads the configuration file.
+#[tokio::test]
+async fn a_token_removed_from_a_watched_tokens_file_is_refused_without_a_signal() {
+    a_revoked_token_is_refused_on_the_next_call(TokensIn::FileWatched).await;
 }
 
 /// Every restart-only key changed at once: the reload applies what it can

@@ -1,6 +1,6 @@
 //! Reloading the configuration while serving: the file read again (on
-//! SIGHUP, or when its content changes), validated like at start, and
-//! compared with the running configuration.
+//! SIGHUP, or when its content or the API tokens file's changes), validated
+//! like at start, and compared with the running configuration.
 //!
 //! Change detection reads the file's bytes rather than watching inodes or
 //! modification times: a Kubernetes ConfigMap update swaps a `..data`
@@ -57,10 +57,12 @@ pub struct Reloader {
     overrides: Overrides,
     /// What a restart-only setting is compared with: the value in force.
     started: Config,
-    /// The file's bytes when last loaded; `None` when it could not be read.
-    seen: Option<Vec<u8>>,
-    /// How often to read the file, as the last loaded one says (it applies
-    /// live).
+    /// The files a reload reads (the configuration, and the tokens file it
+    /// names), each with its bytes when last loaded; `None` when it could
+    /// not be read.
+    seen: Vec<(PathBuf, Option<Vec<u8>>)>,
+    /// How often to read the files, as the last loaded configuration says
+    /// (it applies live).
     watch: Option<std::time::Duration>,
 }
 
@@ -74,10 +76,7 @@ pub struct Reloaded {
 impl Reloader {
     /// Start from the configuration loaded at start, from these flags.
     pub fn new(overrides: Overrides, started: Config) -> Reloader {
-        let seen = overrides
-            .config
-            .as_ref()
-            .and_then(|path| std::fs::read(path).ok());
+        let seen = read_all(watched(&overrides, &started));
         Reloader {
             overrides,
             watch: started.watch,
@@ -95,41 +94,40 @@ impl Reloader {
         &self.started
     }
 
-    /// How often the file is read for changes now (`reload.watch_ms` of the
-    /// last file that loaded); `None`: only on SIGHUP.
+    /// How often the files are read for changes now (`reload.watch_ms` of
+    /// the last configuration that loaded); `None`: only on SIGHUP.
     pub fn watch(&self) -> Option<std::time::Duration> {
         self.watch
     }
 
-    /// Whether the file's content differs from what was last loaded (or
-    /// tried). An unreadable file is a change only once, so a file being
-    /// replaced does not log an error every second.
+    /// Whether the configuration file's content, or the tokens file's,
+    /// differs from what was last loaded (or tried). A file that cannot be
+    /// read is no change: a ConfigMap swap or an editor may leave the path
+    /// missing for an instant, so wait for it to be back rather than fail.
     pub fn changed(&mut self) -> bool {
-        let Some(path) = &self.overrides.config else {
-            return false;
-        };
-        let now = std::fs::read(path).ok();
-        if now == self.seen {
-            return false;
+        let mut changed = false;
+        for (path, seen) in &mut self.seen {
+            match std::fs::read(path).ok() {
+                now if now == *seen => {}
+                None => *seen = None,
+                Some(_) => changed = true,
+            }
         }
-        // A ConfigMap swap or an editor may leave the path missing for an
-        // instant: wait for the file to be back rather than fail.
-        if now.is_none() {
-            self.seen = None;
-            return false;
-        }
-        true
+        changed
     }
 
     /// Load the file again. On failure the running configuration stays, and
     /// the error names the file and the field.
     pub fn reload(&mut self) -> Result<Reloaded, ConfigError> {
-        self.seen = self
-            .overrides
-            .config
-            .as_ref()
-            .and_then(|path| std::fs::read(path).ok());
+        // Taken before loading, so a file that fails is not retried every
+        // tick, and one that changes while loading is loaded again.
+        let paths = self.seen.iter().map(|(path, _)| path.clone()).collect();
+        self.seen = read_all(paths);
         let config = Config::load(&self.overrides)?;
+        let paths = watched(&self.overrides, &config);
+        if self.seen.iter().map(|(path, _)| path).ne(paths.iter()) {
+            self.seen = read_all(paths);
+        }
         let needs_restart = restart_only_changes(&self.started, &config);
         self.watch = config.watch;
         Ok(Reloaded {
@@ -137,6 +135,26 @@ impl Reloader {
             needs_restart,
         })
     }
+}
+
+/// The files whose content `config` was loaded from.
+fn watched(overrides: &Overrides, config: &Config) -> Vec<PathBuf> {
+    overrides
+        .config
+        .iter()
+        .chain(&config.server.api_tokens_file)
+        .cloned()
+        .collect()
+}
+
+fn read_all(paths: Vec<PathBuf>) -> Vec<(PathBuf, Option<Vec<u8>>)> {
+    paths
+        .into_iter()
+        .map(|path| {
+            let bytes = std::fs::read(&path).ok();
+            (path, bytes)
+        })
+        .collect()
 }
 
 /// The keys of [`RESTART_ONLY`] whose value in `new` differs from the one
@@ -172,6 +190,7 @@ pub fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'static str>
     let ServerGuard {
         max_connections: _,
         api_tokens: _,
+        api_tokens_file: _,
         metrics_need_token: _,
         // Not a key of the file: a constant of the server.
         quiet_timeout: _,
