@@ -383,6 +383,7 @@ async fn a_token_removed_from_a_watched_tokens_file_is_refused_without_a_signal(
 /// and names each of the others in its "restart needed" line, and
 /// `slidegate_config_restart_pending` is 1 until the file agrees with the
 /// running process again.
+#[cfg(all(feature = "memcached", feature = "tls", feature = "grpc"))]
 #[tokio::test]
 async fn a_reload_names_every_restart_only_key_it_cannot_apply() {
     let dir = process::temp_dir("slidegate-restart-keys");

@@ -25,6 +25,8 @@ pub(crate) struct Guard {
     /// The cap on connections; a reload changes it live (connections over a
     /// lowered cap are not closed, new ones wait for places).
     max_connections: AtomicUsize,
+    /// Only the RLS listener has a quiet timeout.
+    #[cfg_attr(not(feature = "grpc"), allow(dead_code))]
     quiet_timeout: Duration,
     /// What a reload swaps: a call reads the tokens in force when it is
     /// checked, so a revoked token is refused from the next call on. A read
@@ -129,6 +131,7 @@ impl Guard {
     }
 
     /// How long a gRPC connection may send nothing before it is closed.
+    #[cfg_attr(not(feature = "grpc"), allow(dead_code))]
     pub(crate) fn quiet_timeout(&self) -> Duration {
         self.quiet_timeout
     }
