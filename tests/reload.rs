@@ -59,17 +59,49 @@ fn configmap_update(dir: &Path, version: &str, text: &str) {
 
 fn start(config: &Path, dir: &Path) -> (Daemon, SocketAddr) {
     let addr = process::free_addr();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_slidegate"));
-    command
-        .arg("--config")
-        .arg(config)
-        .args(["--listen", &addr.to_string()])
-        .env_remove("SLIDEGATE_MEMCACHED")
-        .env("RUST_LOG", "info")
-        .env("NO_COLOR", "1");
-    let mut daemon = Daemon::start("slidegate", command, &dir.join("slidegate.log"));
-    daemon.wait_for(addr);
+    let daemon = start_listening(config, dir, Some(addr), &[addr]);
     (daemon, addr)
+}
+
+/// The binary on `config`, with `--listen` when given (else the file's
+/// `listen`), once every address of `ready` accepts connections.
+fn start_listening(
+    config: &Path,
+    dir: &Path,
+    listen: Option<SocketAddr>,
+    ready: &[SocketAddr],
+) -> Daemon {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_slidegate"));
+    command.arg("--config").arg(config);
+    if let Some(addr) = listen {
+        command.args(["--listen", &addr.to_string()]);
+    }
+    for variable in [
+        "SLIDEGATE_MEMCACHED",
+        "SLIDEGATE_API_TOKENS",
+        "SLIDEGATE_LISTEN",
+    ] {
+        command.env_remove(variable);
+    }
+    command.env("RUST_LOG", "info").env("NO_COLOR", "1");
+    let mut daemon = Daemon::start("slidegate", command, &dir.join("slidegate.log"));
+    for addr in ready {
+        daemon.wait_for(*addr);
+    }
+    daemon
+}
+
+fn hang_up(daemon: &Daemon) {
+    // SAFETY: a signal to the child this test started.
+    assert_eq!(unsafe { libc::kill(daemon.pid(), libc::SIGHUP) }, 0);
+}
+
+/// Wait until the binary has finished `count` successful reloads.
+async fn reloaded(addr: SocketAddr, count: f64) {
+    eventually("the reload", || async {
+        metric(addr, "slidegate_config_reloads_total{result=\"ok\"}").await == Some(count)
+    })
+    .await;
 }
 
 async fn check(addr: SocketAddr, policy: &str) -> http::Response {
@@ -182,8 +214,7 @@ async fn sighup_reloads() {
     let with_extra =
         format!("{off}\n[policies.extra]\nlimits = [{{ limit = 1, window = \"1h\" }}]\n");
     std::fs::write(&config, with_extra).unwrap();
-    // SAFETY: a signal to the child this test started.
-    assert_eq!(unsafe { libc::kill(daemon.pid(), libc::SIGHUP) }, 0);
+    hang_up(&daemon);
     eventually("the reload on SIGHUP", || async {
         check(addr, "extra").await.status != 400
     })
@@ -193,4 +224,282 @@ async fn sighup_reloads() {
         "{}",
         daemon.log()
     );
+}
+
+const TOKEN_A: &str = "token-a-leaked-0123456789";
+const TOKEN_B: &str = "token-b-kept-0123456789";
+
+const RLS_RULES: &str = "domain: test\ndescriptors:\n  - key: client\n    rate_limit: {unit: hour, requests_per_unit: 1000}\n";
+
+async fn check_with(addr: SocketAddr, token: &str) -> u16 {
+    let authorization = format!("Bearer {token}");
+    http::send(
+        addr,
+        "POST",
+        "/v1/check",
+        &[("authorization", &authorization)],
+        r#"{"key": "k", "limits": [{"limit": 1000, "window": "1h"}]}"#,
+    )
+    .await
+    .status
+}
+
+/// The gRPC code of one ShouldRateLimit call carrying `token`.
+#[cfg(feature = "grpc")]
+async fn rls_call_with(rls: SocketAddr, token: &str) -> tonic::Code {
+    use slidegate::server::rls::pb::envoy::extensions::common::ratelimit::v3::{
+        RateLimitDescriptor, rate_limit_descriptor::Entry,
+    };
+    use slidegate::server::rls::pb::envoy::service::ratelimit::v3::{
+        RateLimitRequest, rate_limit_service_client::RateLimitServiceClient,
+    };
+    let channel = tonic::transport::Channel::from_shared(format!("http://{rls}"))
+        .unwrap()
+        .connect_timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .unwrap();
+    let mut call = tonic::Request::new(RateLimitRequest {
+        domain: "test".to_owned(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: "client".to_owned(),
+                value: "c".to_owned(),
+            }],
+            ..RateLimitDescriptor::default()
+        }],
+        hits_addend: 0,
+    });
+    call.metadata_mut()
+        .insert("authorization", format!("Bearer {token}").parse().unwrap());
+    match RateLimitServiceClient::new(channel)
+        .should_rate_limit(call)
+        .await
+    {
+        Ok(_) => tonic::Code::Ok,
+        Err(status) => status.code(),
+    }
+}
+
+/// Where the tokens are written: in the file's `server.api_tokens`, or in
+/// the file that `server.api_tokens_file` names; and what reloads them:
+/// SIGHUP, or (`FileWatched`) only the tokens file's change, seen by the
+/// watch.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum TokensIn {
+    List,
+    File,
+    FileWatched,
+}
+
+/// A leaked token taken out of the configuration and a SIGHUP: the very
+/// next HTTP request with it gets 401, the next RLS call UNAUTHENTICATED,
+/// and the token that stays keeps working on both faces.
+async fn a_revoked_token_is_refused_on_the_next_call(tokens_in: TokensIn) {
+    let dir = process::temp_dir("slidegate-revoke");
+    let config = dir.join("slidegate.toml");
+    let tokens_file = dir.join("tokens");
+    std::fs::write(dir.join("rules.yaml"), RLS_RULES).unwrap();
+    let addr = process::free_addr();
+    let rls = process::free_addr();
+    let watch_ms = if tokens_in == TokensIn::FileWatched {
+        100
+    } else {
+        0
+    };
+    let write = |tokens: &[&str]| {
+        let quoted: Vec<String> = tokens.iter().map(|t| format!("{t:?}")).collect();
+        let server = match tokens_in {
+            TokensIn::List => format!("api_tokens = [{}]", quoted.join(", ")),
+            TokensIn::File | TokensIn::FileWatched => {
+                std::fs::write(&tokens_file, tokens.join("\n")).unwrap();
+                "api_tokens_file = \"tokens\"".to_owned()
+            }
+        };
+        let rls_section = if cfg!(feature = "grpc") {
+            format!("[rls]\nlisten = \"{rls}\"\nconfig = \"rules.yaml\"\n")
+        } else {
+            String::new()
+        };
+        std::fs::write(
+            &config,
+            format!("[reload]\nwatch_ms = {watch_ms}\n[server]\n{server}\n{rls_section}"),
+        )
+        .unwrap();
+    };
+    write(&[TOKEN_A, TOKEN_B]);
+    let ready: &[SocketAddr] = if cfg!(feature = "grpc") {
+        &[addr, rls]
+    } else {
+        &[addr]
+    };
+    let daemon = start_listening(&config, &dir, Some(addr), ready);
+    assert_eq!(check_with(addr, TOKEN_A).await, 200);
+    assert_eq!(check_with(addr, TOKEN_B).await, 200);
+    #[cfg(feature = "grpc")]
+    assert_eq!(rls_call_with(rls, TOKEN_A).await, tonic::Code::Ok);
+
+    write(&[TOKEN_B]);
+    if tokens_in != TokensIn::FileWatched {
+        hang_up(&daemon);
+    }
+    reloaded(addr, 1.0).await;
+    assert_eq!(
+        check_with(addr, TOKEN_A).await,
+        401,
+        "{tokens_in:?}: the revoked token still opens the HTTP API:\n{}",
+        daemon.log()
+    );
+    assert_eq!(check_with(addr, TOKEN_B).await, 200, "{tokens_in:?}");
+    #[cfg(feature = "grpc")]
+    {
+        assert_eq!(
+            rls_call_with(rls, TOKEN_A).await,
+            tonic::Code::Unauthenticated,
+            "{tokens_in:?}: the revoked token still opens RLS"
+        );
+        assert_eq!(rls_call_with(rls, TOKEN_B).await, tonic::Code::Ok);
+    }
+}
+
+#[tokio::test]
+async fn a_token_removed_from_api_tokens_is_refused_after_a_reload() {
+    a_revoked_token_is_refused_on_the_next_call(TokensIn::List).await;
+}
+
+#[tokio::test]
+async fn a_token_removed_from_api_tokens_file_is_refused_after_a_reload() {
+    a_revoked_token_is_refused_on_the_next_call(TokensIn::File).await;
+}
+
+/// A Kubernetes Secret mounted as the tokens file changes without a signal:
+/// the watch reads the tokens file as it reads the configuration file.
+#[tokio::test]
+async fn a_token_removed_from_a_watched_tokens_file_is_refused_without_a_signal() {
+    a_revoked_token_is_refused_on_the_next_call(TokensIn::FileWatched).await;
+}
+
+/// Every restart-only key changed at once: the reload applies what it can
+/// and names each of the others in its "restart needed" line, and
+/// `slidegate_config_restart_pending` is 1 until the file agrees with the
+/// running process again.
+#[cfg(all(feature = "memcached", feature = "tls", feature = "grpc"))]
+#[tokio::test]
+async fn a_reload_names_every_restart_only_key_it_cannot_apply() {
+    let dir = process::temp_dir("slidegate-restart-keys");
+    let config = dir.join("slidegate.toml");
+    let addr = process::free_addr();
+    let running = format!("listen = \"{addr}\"\n[reload]\nwatch_ms = 0\n");
+    std::fs::write(&config, &running).unwrap();
+    std::fs::write(dir.join("ca.pem"), "read only when connecting").unwrap();
+    let daemon = start_listening(&config, &dir, None, &[addr]);
+    assert_eq!(
+        metric(addr, "slidegate_config_restart_pending").await,
+        Some(0.0)
+    );
+
+    let ca = dir.join("ca.pem");
+    let every_key_changed = format!(
+        r#"{running}
+[memcached]
+servers = ["127.0.0.1:9"]
+timeout_ms = 75
+namespace = "elsewhere"
+connections = 3
+discovery = "127.0.0.1:10"
+discovery_interval_ms = 2000
+tls = true
+tls_ca_file = "{ca}"
+tls_server_name = "cache.internal"
+[near_cache]
+capacity = 10
+[failure]
+mode = "local"
+[rls]
+listen = "127.0.0.1:11"
+config = "rules.yaml"
+[memory]
+capacity = 100
+[clock]
+source = "memcached"
+[policies.new]
+limits = [{{ limit = 1, window = "1h" }}]
+"#,
+        ca = ca.display()
+    )
+    .replace(&format!("listen = \"{addr}\""), "listen = \"127.0.0.1:12\"");
+    std::fs::write(&config, every_key_changed).unwrap();
+    hang_up(&daemon);
+    reloaded(addr, 1.0).await;
+    let log = daemon.log();
+    let line = log
+        .lines()
+        .find(|line| line.contains("restart needed"))
+        .unwrap_or_else(|| panic!("no restart-needed line:\n{log}"));
+    let missing: Vec<&str> = slidegate::config::reload::RESTART_ONLY
+        .iter()
+        .copied()
+        .filter(|key| !line.contains(&format!("\"{key}\"")))
+        .collect();
+    assert!(missing.is_empty(), "not named: {missing:?} in\n{line}");
+    assert_eq!(
+        metric(addr, "slidegate_config_restart_pending").await,
+        Some(1.0)
+    );
+    // What could apply did, on the old listener and store.
+    assert_eq!(check(addr, "new").await.status, 200);
+
+    std::fs::write(&config, &running).unwrap();
+    hang_up(&daemon);
+    reloaded(addr, 2.0).await;
+    assert_eq!(
+        metric(addr, "slidegate_config_restart_pending").await,
+        Some(0.0),
+        "the file agrees with the running process again"
+    );
+}
+
+/// `server.metrics_need_token` and `server.max_connections` apply live too.
+#[tokio::test]
+async fn the_server_section_applies_live() {
+    let dir = process::temp_dir("slidegate-server-live");
+    let config = dir.join("slidegate.toml");
+    let tokens = format!("[reload]\nwatch_ms = 0\n[server]\napi_tokens = [\"{TOKEN_B}\"]\n");
+    std::fs::write(&config, &tokens).unwrap();
+    let (daemon, addr) = start(&config, &dir);
+    assert_eq!(http::get(addr, "/metrics").await.status, 200);
+
+    let guarded = format!("{tokens}metrics_need_token = true\n");
+    std::fs::write(&config, &guarded).unwrap();
+    hang_up(&daemon);
+    eventually("/metrics guarded", || async {
+        http::get(addr, "/metrics").await.status == 401
+    })
+    .await;
+
+    std::fs::write(&config, format!("{guarded}max_connections = 1\n")).unwrap();
+    hang_up(&daemon);
+    // One connection held open takes the only place: the next is closed.
+    // (Held anew each try: the place may still be taken, for an instant,
+    // by a connection the server has not yet seen close.)
+    eventually("the cap of 1 applied", || async {
+        let _held = tokio::net::TcpStream::connect(addr).await.unwrap();
+        closed_at_once(addr).await
+    })
+    .await;
+    assert!(!daemon.log().contains("restart needed"), "{}", daemon.log());
+}
+
+/// Whether a new connection to `addr` is closed without an answer.
+async fn closed_at_once(addr: SocketAddr) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut stream) = tokio::net::TcpStream::connect(addr).await else {
+        return true;
+    };
+    let _ = stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: slidegate\r\n\r\n")
+        .await;
+    let mut answer = [0u8; 64];
+    let read = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut answer)).await;
+    matches!(read, Ok(Ok(0) | Err(_)))
 }

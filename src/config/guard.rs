@@ -50,6 +50,9 @@ pub struct ServerGuard {
     pub max_connections: usize,
     /// When not empty, the API needs `Authorization: Bearer <token>`.
     pub api_tokens: ApiTokens,
+    /// The file some of them were read from (`server.api_tokens_file`,
+    /// resolved), watched for changes like the configuration file.
+    pub api_tokens_file: Option<PathBuf>,
     /// Whether `/metrics` needs a token too (when tokens are set).
     pub metrics_need_token: bool,
     /// A gRPC (RLS) connection that sends nothing for this long is closed,
@@ -65,6 +68,7 @@ impl Default for ServerGuard {
         ServerGuard {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             api_tokens: ApiTokens::default(),
+            api_tokens_file: None,
             metrics_need_token: false,
             quiet_timeout: DEFAULT_QUIET_TIMEOUT,
         }
@@ -188,6 +192,7 @@ pub(super) fn resolve(
 
     // The environment wins over the file, as everywhere; within the file,
     // the list and the file add up.
+    let mut api_tokens_file = None;
     let api_tokens = match &overrides.api_tokens {
         Some(list) => ApiTokens::new(list.split(',').map(str::trim).filter(|t| !t.is_empty()))
             .map_err(|message| ConfigError(format!("SLIDEGATE_API_TOKENS: {message}")))?,
@@ -216,6 +221,7 @@ pub(super) fn resolve(
                     origin.file_error(field, format!("{}: {message}", path.display()))
                 })?;
                 tokens.extend(from_file.into_iter().map(str::to_owned));
+                api_tokens_file = Some(path);
             }
             ApiTokens::new(tokens.iter().map(String::as_str))
                 .map_err(|message| origin.file_error("server.api_tokens", message))?
@@ -245,6 +251,7 @@ pub(super) fn resolve(
         server: ServerGuard {
             max_connections,
             api_tokens,
+            api_tokens_file,
             metrics_need_token: server.metrics_need_token.unwrap_or(false),
             quiet_timeout: DEFAULT_QUIET_TIMEOUT,
         },

@@ -432,38 +432,6 @@ impl Config {
         })
     }
 
-    /// The settings that differ in `new` but only take effect on a restart:
-    /// the listen addresses, the store and the limiter's settings. Policies
-    /// and `[auth]` apply live.
-    pub fn needs_restart(&self, new: &Config) -> Vec<&'static str> {
-        let mut changed = Vec::new();
-        let mut compare = |name, differs: bool| {
-            if differs {
-                changed.push(name);
-            }
-        };
-        compare("listen", self.listen != new.listen);
-        compare("memcached.servers", self.servers != new.servers);
-        compare(
-            "memcached.discovery",
-            self.cluster.discovery != new.cluster.discovery
-                || self.cluster.discovery_interval != new.cluster.discovery_interval,
-        );
-        compare("memcached.tls", self.cluster.tls != new.cluster.tls);
-        compare("memcached.namespace", self.namespace != new.namespace);
-        compare("memcached.connections", self.connections != new.connections);
-        compare("memcached.timeout_ms", self.timeout != new.timeout);
-        compare(
-            "near_cache.capacity",
-            self.near_cache_capacity != new.near_cache_capacity,
-        );
-        compare("failure.mode", self.failure_mode != new.failure_mode);
-        compare("rls.listen", self.rls_listen != new.rls_listen);
-        compare("rls.config", self.rls_config != new.rls_config);
-        compare("reload.watch_ms", self.watch != new.watch);
-        changed
-    }
-
     #[cfg(feature = "memcached")]
     pub fn memcached_options(&self) -> Option<MemcachedOptions> {
         let configured = !self.servers.is_empty() || self.cluster.discovery.is_some();

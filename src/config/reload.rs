@@ -1,6 +1,6 @@
 //! Reloading the configuration while serving: the file read again (on
-//! SIGHUP, or when its content changes), validated like at start, and
-//! compared with the running configuration.
+//! SIGHUP, or when its content or the API tokens file's changes), validated
+//! like at start, and compared with the running configuration.
 //!
 //! Change detection reads the file's bytes rather than watching inodes or
 //! modification times: a Kubernetes ConfigMap update swaps a `..data`
@@ -9,33 +9,77 @@
 
 use std::path::PathBuf;
 
-use super::{Config, ConfigError, Overrides};
+use super::{ClusterConfig, Config, ConfigError, Overrides, ServerGuard, TlsConfig};
+
+/// Every key of the file that a reload puts in force at once. `policies`
+/// stands for all of `[policies.*]`.
+pub const APPLIED_LIVE: &[&str] = &[
+    "policies",
+    "auth.trusted_proxies",
+    "auth.deny_status",
+    "server.max_connections",
+    "server.api_tokens",
+    "server.api_tokens_file",
+    "server.metrics_need_token",
+    "reload.watch_ms",
+];
+
+/// Every key that only a restart applies: the listeners, the store and
+/// what the limiter was built with. A reload that changes one names it
+/// and keeps running with the old value.
+///
+/// The two lists together are every key of the file: a unit test reads the
+/// keys from the file's serde structs themselves, so a key added later
+/// fails it until it is put in one list; and [`restart_only_changes`]
+/// destructures [`Config`] without `..`, so a new field does not compile
+/// until it is compared or declared live.
+pub const RESTART_ONLY: &[&str] = &[
+    "listen",
+    "memcached.servers",
+    "memcached.timeout_ms",
+    "memcached.namespace",
+    "memcached.connections",
+    "memcached.discovery",
+    "memcached.discovery_interval_ms",
+    "memcached.tls",
+    "memcached.tls_ca_file",
+    "memcached.tls_server_name",
+    "near_cache.capacity",
+    "failure.mode",
+    "rls.listen",
+    "rls.config",
+    "memory.capacity",
+    "clock.source",
+];
 
 /// The configuration the process started with, and how to load the next.
 pub struct Reloader {
     overrides: Overrides,
     /// What a restart-only setting is compared with: the value in force.
     started: Config,
-    /// The file's bytes when last loaded; `None` when it could not be read.
-    seen: Option<Vec<u8>>,
+    /// The files a reload reads (the configuration, and the tokens file it
+    /// names), each with its bytes when last loaded; `None` when it could
+    /// not be read.
+    seen: Vec<(PathBuf, Option<Vec<u8>>)>,
+    /// How often to read the files, as the last loaded configuration says
+    /// (it applies live).
+    watch: Option<std::time::Duration>,
 }
 
 /// A configuration that loaded, with what it cannot apply live.
 pub struct Reloaded {
     pub config: Config,
-    /// Settings that changed but need a restart (`listen`, `memcached.servers`, ...).
+    /// Keys of [`RESTART_ONLY`] whose value differs from the one in force.
     pub needs_restart: Vec<&'static str>,
 }
 
 impl Reloader {
     /// Start from the configuration loaded at start, from these flags.
     pub fn new(overrides: Overrides, started: Config) -> Reloader {
-        let seen = overrides
-            .config
-            .as_ref()
-            .and_then(|path| std::fs::read(path).ok());
+        let seen = read_all(watched(&overrides, &started));
         Reloader {
             overrides,
+            watch: started.watch,
             started,
             seen,
         }
@@ -50,39 +94,270 @@ impl Reloader {
         &self.started
     }
 
-    /// Whether the file's content differs from what was last loaded (or
-    /// tried). An unreadable file is a change only once, so a file being
-    /// replaced does not log an error every second.
+    /// How often the files are read for changes now (`reload.watch_ms` of
+    /// the last configuration that loaded); `None`: only on SIGHUP.
+    pub fn watch(&self) -> Option<std::time::Duration> {
+        self.watch
+    }
+
+    /// Whether the configuration file's content, or the tokens file's,
+    /// differs from what was last loaded (or tried). A file that cannot be
+    /// read is no change: a ConfigMap swap or an editor may leave the path
+    /// missing for an instant, so wait for it to be back rather than fail.
     pub fn changed(&mut self) -> bool {
-        let Some(path) = &self.overrides.config else {
-            return false;
-        };
-        let now = std::fs::read(path).ok();
-        if now == self.seen {
-            return false;
+        let mut changed = false;
+        for (path, seen) in &mut self.seen {
+            match std::fs::read(path).ok() {
+                now if now == *seen => {}
+                None => *seen = None,
+                Some(_) => changed = true,
+            }
         }
-        // A ConfigMap swap or an editor may leave the path missing for an
-        // instant: wait for the file to be back rather than fail.
-        if now.is_none() {
-            self.seen = None;
-            return false;
-        }
-        true
+        changed
     }
 
     /// Load the file again. On failure the running configuration stays, and
     /// the error names the file and the field.
     pub fn reload(&mut self) -> Result<Reloaded, ConfigError> {
-        self.seen = self
-            .overrides
-            .config
-            .as_ref()
-            .and_then(|path| std::fs::read(path).ok());
+        // Taken before loading, so a file that fails is not retried every
+        // tick, and one that changes while loading is loaded again.
+        let paths = self.seen.iter().map(|(path, _)| path.clone()).collect();
+        self.seen = read_all(paths);
         let config = Config::load(&self.overrides)?;
-        let needs_restart = self.started.needs_restart(&config);
+        let paths = watched(&self.overrides, &config);
+        if self.seen.iter().map(|(path, _)| path).ne(paths.iter()) {
+            self.seen = read_all(paths);
+        }
+        let needs_restart = restart_only_changes(&self.started, &config);
+        self.watch = config.watch;
         Ok(Reloaded {
             config,
             needs_restart,
         })
+    }
+}
+
+/// The files whose content `config` was loaded from.
+fn watched(overrides: &Overrides, config: &Config) -> Vec<PathBuf> {
+    overrides
+        .config
+        .iter()
+        .chain(&config.server.api_tokens_file)
+        .cloned()
+        .collect()
+}
+
+fn read_all(paths: Vec<PathBuf>) -> Vec<(PathBuf, Option<Vec<u8>>)> {
+    paths
+        .into_iter()
+        .map(|path| {
+            let bytes = std::fs::read(&path).ok();
+            (path, bytes)
+        })
+        .collect()
+}
+
+/// The keys of [`RESTART_ONLY`] whose value in `new` differs from the one
+/// `running` was started with. Values are compared as resolved (flags and
+/// environment applied, the tokens file read), so only what would really
+/// change is named.
+pub fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'static str> {
+    // No `..` in these patterns: a field added to one of these structs does
+    // not compile until it is compared here or named as applied live.
+    let Config {
+        listen,
+        servers,
+        namespace,
+        connections,
+        cluster,
+        timeout,
+        near_cache_capacity,
+        failure_mode,
+        policies: _,
+        auth: _,
+        rls_listen,
+        rls_config,
+        watch: _,
+        memory_capacity,
+        server,
+        clock_source,
+    } = running;
+    let ClusterConfig {
+        discovery,
+        discovery_interval,
+        tls,
+    } = cluster;
+    let ServerGuard {
+        max_connections: _,
+        api_tokens: _,
+        api_tokens_file: _,
+        metrics_need_token: _,
+        // Not a key of the file: a constant of the server.
+        quiet_timeout: _,
+    } = server;
+    let tls_part = |tls: &Option<TlsConfig>| {
+        let TlsConfig {
+            ca_file,
+            server_name,
+        } = tls.clone().unwrap_or_default();
+        (ca_file, server_name)
+    };
+    let (ca_file, server_name) = tls_part(tls);
+    let (new_ca_file, new_server_name) = tls_part(&new.cluster.tls);
+
+    let differences = [
+        ("listen", *listen != new.listen),
+        ("memcached.servers", *servers != new.servers),
+        ("memcached.timeout_ms", *timeout != new.timeout),
+        ("memcached.namespace", *namespace != new.namespace),
+        ("memcached.connections", *connections != new.connections),
+        ("memcached.discovery", *discovery != new.cluster.discovery),
+        (
+            "memcached.discovery_interval_ms",
+            *discovery_interval != new.cluster.discovery_interval,
+        ),
+        ("memcached.tls", tls.is_some() != new.cluster.tls.is_some()),
+        ("memcached.tls_ca_file", ca_file != new_ca_file),
+        ("memcached.tls_server_name", server_name != new_server_name),
+        (
+            "near_cache.capacity",
+            *near_cache_capacity != new.near_cache_capacity,
+        ),
+        ("failure.mode", *failure_mode != new.failure_mode),
+        ("rls.listen", *rls_listen != new.rls_listen),
+        ("rls.config", *rls_config != new.rls_config),
+        ("memory.capacity", *memory_capacity != new.memory_capacity),
+        ("clock.source", *clock_source != new.clock_source),
+    ];
+    differences
+        .into_iter()
+        .filter_map(|(key, differs)| differs.then_some(key))
+        .collect()
+}
+
+#[cfg(test)]
+mod keys;
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::path::Path;
+
+    use super::keys::file_keys;
+    use super::*;
+
+    #[test]
+    fn every_key_of_the_file_is_either_live_or_restart_only() {
+        let keys = file_keys();
+        assert!(keys.contains("server.api_tokens"), "{keys:?}");
+        let live: BTreeSet<String> = APPLIED_LIVE.iter().map(|k| (*k).to_owned()).collect();
+        let restart: BTreeSet<String> = RESTART_ONLY.iter().map(|k| (*k).to_owned()).collect();
+        let both: Vec<_> = live.intersection(&restart).collect();
+        assert!(both.is_empty(), "in both lists: {both:?}");
+        let unclassified: Vec<_> = keys
+            .iter()
+            .filter(|key| !live.contains(*key) && !restart.contains(*key))
+            .collect();
+        assert!(
+            unclassified.is_empty(),
+            "keys a reload would ignore silently: put each in APPLIED_LIVE (and apply it in \
+             server::reload) or in RESTART_ONLY (and compare it in restart_only_changes): \
+             {unclassified:?}"
+        );
+        let stale: Vec<_> = live
+            .union(&restart)
+            .filter(|k| !keys.contains(*k))
+            .collect();
+        assert!(stale.is_empty(), "not keys of the file: {stale:?}");
+    }
+
+    fn load(dir: &Path, text: &str) -> Config {
+        Config::resolve(
+            Some((&dir.join("slidegate.toml"), text)),
+            &Overrides::default(),
+        )
+        .unwrap_or_else(|error| panic!("{error}"))
+    }
+
+    fn test_dir() -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "slidegate-reload-keys-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("ca.pem"), "not read by the config").unwrap();
+        std::fs::write(dir.join("tokens"), "tokens-file-0123456789\n").unwrap();
+        dir
+    }
+
+    /// A file that differs from the defaults in every restart-only key
+    /// (`{ca}` stands for a CA file that exists).
+    #[cfg(all(feature = "memcached", feature = "tls", feature = "grpc"))]
+    const EVERY_RESTART_KEY_CHANGED: &str = r#"
+listen = "127.0.0.1:9999"
+[memcached]
+servers = ["127.0.0.1:1"]
+timeout_ms = 51
+namespace = "other"
+connections = 3
+discovery = "127.0.0.1:2"
+discovery_interval_ms = 5000
+tls = true
+tls_ca_file = "{ca}"
+tls_server_name = "cache.example"
+[near_cache]
+capacity = 7
+[failure]
+mode = "deny"
+[rls]
+listen = "127.0.0.1:9998"
+config = "rules.yaml"
+[memory]
+capacity = 5
+[clock]
+source = "memcached"
+"#;
+
+    // Memcached, TLS and RLS keys load only in a build that has them.
+    #[cfg(all(feature = "memcached", feature = "tls", feature = "grpc"))]
+    #[test]
+    fn a_file_changing_every_restart_only_key_names_each_and_only_those() {
+        let dir = test_dir();
+        let running = load(&dir, "");
+        let ca = dir.join("ca.pem").display().to_string();
+        let changed = load(&dir, &EVERY_RESTART_KEY_CHANGED.replace("{ca}", &ca));
+        let mut named = restart_only_changes(&running, &changed);
+        named.sort_unstable();
+        let mut expected = RESTART_ONLY.to_vec();
+        expected.sort_unstable();
+        assert_eq!(named, expected);
+        assert!(restart_only_changes(&changed, &changed).is_empty());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_file_changing_every_live_key_needs_no_restart() {
+        let dir = test_dir();
+        let running = load(&dir, "");
+        let changed = load(
+            &dir,
+            r#"
+[reload]
+watch_ms = 0
+[server]
+max_connections = 5
+api_tokens = ["listed-token-0123456789"]
+api_tokens_file = "tokens"
+metrics_need_token = true
+[auth]
+trusted_proxies = ["10.0.0.0/8"]
+deny_status = 403
+[policies.api]
+limits = [{ limit = 1, window = "1s" }]
+"#,
+        );
+        assert_eq!(restart_only_changes(&running, &changed), Vec::<&str>::new());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

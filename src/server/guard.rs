@@ -2,8 +2,8 @@
 //! counters they keep, read into /metrics by [`snapshot`].
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use hyper::header::{AUTHORIZATION, HeaderValue, WWW_AUTHENTICATE};
@@ -13,7 +13,7 @@ use tokio::net::{TcpListener, TcpStream};
 use super::App;
 use super::api::{self, Body};
 use crate::clock::{SystemClock, WatchedClock};
-use crate::config::ServerGuard;
+use crate::config::{ApiTokens, ServerGuard};
 use crate::store::AnyStore;
 #[cfg(feature = "memcached")]
 use crate::store::MemcachedClock;
@@ -22,7 +22,16 @@ use crate::store::MemcachedClock;
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
 pub(crate) struct Guard {
-    settings: ServerGuard,
+    /// The cap on connections; a reload changes it live (connections over a
+    /// lowered cap are not closed, new ones wait for places).
+    max_connections: AtomicUsize,
+    /// Only the RLS listener has a quiet timeout.
+    #[cfg_attr(not(feature = "grpc"), allow(dead_code))]
+    quiet_timeout: Duration,
+    /// What a reload swaps: a call reads the tokens in force when it is
+    /// checked, so a revoked token is refused from the next call on. A read
+    /// lock and no allocation: the hot path stays as it was.
+    tokens: RwLock<Arc<TokenSettings>>,
     open: Arc<AtomicUsize>,
     refused: AtomicU64,
     unauthorized: AtomicU64,
@@ -42,10 +51,27 @@ impl Drop for Permit {
     }
 }
 
+/// The token settings a reload replaces together.
+struct TokenSettings {
+    api_tokens: ApiTokens,
+    metrics_need_token: bool,
+}
+
+impl TokenSettings {
+    fn of(settings: &ServerGuard) -> Arc<TokenSettings> {
+        Arc::new(TokenSettings {
+            api_tokens: settings.api_tokens.clone(),
+            metrics_need_token: settings.metrics_need_token,
+        })
+    }
+}
+
 impl Guard {
     pub(crate) fn new(settings: ServerGuard, local_clock: Arc<WatchedClock<SystemClock>>) -> Guard {
         Guard {
-            settings,
+            max_connections: AtomicUsize::new(settings.max_connections),
+            quiet_timeout: settings.quiet_timeout,
+            tokens: RwLock::new(TokenSettings::of(&settings)),
             open: Arc::new(AtomicUsize::new(0)),
             refused: AtomicU64::new(0),
             unauthorized: AtomicU64::new(0),
@@ -59,7 +85,7 @@ impl Guard {
     /// atomic step: the HTTP and the RLS listeners take places from the
     /// same cap.
     pub(crate) fn admit(&self) -> Option<Permit> {
-        let max = self.settings.max_connections;
+        let max = self.max_connections.load(Ordering::Relaxed);
         let taken = self
             .open
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |open| {
@@ -105,8 +131,34 @@ impl Guard {
     }
 
     /// How long a gRPC connection may send nothing before it is closed.
+    #[cfg_attr(not(feature = "grpc"), allow(dead_code))]
     pub(crate) fn quiet_timeout(&self) -> Duration {
-        self.settings.quiet_timeout
+        self.quiet_timeout
+    }
+
+    /// Put a reloaded configuration's cap and tokens in force: the next
+    /// call (HTTP or RLS) is checked against them. The quiet timeout is
+    /// not a setting of the file.
+    pub(crate) fn apply(&self, settings: &ServerGuard) {
+        self.max_connections
+            .store(settings.max_connections, Ordering::Relaxed);
+        *self
+            .tokens
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = TokenSettings::of(settings);
+    }
+
+    /// Whether `/metrics` needs a token now (when tokens are set).
+    pub(crate) fn metrics_need_token(&self) -> bool {
+        self.live_tokens().metrics_need_token
+    }
+
+    fn live_tokens(&self) -> Arc<TokenSettings> {
+        // A panic while swapping cannot leave half an Arc behind.
+        self.tokens
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
     }
 
     /// The 401 for a request that needs a token and has no valid one;
@@ -121,7 +173,7 @@ impl Guard {
         use super::routes::Access;
         let needs_token = match access {
             Access::Token => true,
-            Access::TokenIfMetricsNeedIt => self.settings.metrics_need_token,
+            Access::TokenIfMetricsNeedIt => self.metrics_need_token(),
             Access::Open => false,
         };
         if !needs_token {
@@ -141,7 +193,8 @@ impl Guard {
     /// value (an HTTP header or gRPC metadata): `None` when no tokens are
     /// set or it carries a valid one. A refusal is counted.
     pub(crate) fn token_refusal(&self, authorization: Option<&[u8]>) -> Option<&'static str> {
-        let tokens = &self.settings.api_tokens;
+        let live = self.live_tokens();
+        let tokens = &live.api_tokens;
         if tokens.is_empty() {
             return None;
         }

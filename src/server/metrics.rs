@@ -24,7 +24,7 @@ struct StatusLabels {
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 #[allow(non_camel_case_types)]
 pub enum ReloadResult {
-    /// The new policies and forward-auth settings are in force.
+    /// Every key that applies live is in force.
     ok,
     /// The file was refused; the running configuration stays.
     failed,
@@ -63,7 +63,7 @@ impl ServerMetrics {
         let restart_pending = Gauge::default();
         registry.register(
             "slidegate_config_restart_pending",
-            "1 when the file changes settings that only a restart applies (listen, store, RLS)",
+            "1 while the last reloaded file differs from the running process in a key that only a restart applies (the log names each)",
             restart_pending.clone(),
         );
         ServerMetrics {

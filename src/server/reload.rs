@@ -1,7 +1,12 @@
 //! Hot reload: on SIGHUP, and when the configuration file's content changes,
-//! new policies and forward-auth settings are put in force without
-//! dropping a request ([`App::apply`]). A bad file keeps the running
-//! configuration; settings that need a restart are logged as such.
+//! every key of [`APPLIED_LIVE`] is put in force without dropping a request
+//! (policies and `[auth]` by [`App::apply`], the connection cap and the API
+//! tokens by the guard, `reload.watch_ms` by the watch loop). A bad file
+//! keeps the running configuration; changed keys of [`RESTART_ONLY`] are
+//! named in the log and raise `slidegate_config_restart_pending`.
+//!
+//! [`APPLIED_LIVE`]: crate::config::reload::APPLIED_LIVE
+//! [`RESTART_ONLY`]: crate::config::reload::RESTART_ONLY
 
 use std::sync::Arc;
 
@@ -18,12 +23,8 @@ pub async fn watch(app: Arc<App>, mut reloader: Reloader, shutdown: impl Future<
             None
         }
     };
-    let every = reloader.started().watch;
-    let mut ticks = every.map(|period| {
-        let mut ticks = tokio::time::interval(period);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        ticks
-    });
+    let mut every = reloader.watch();
+    let mut ticks = every.map(ticker);
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let hangup_received = async {
@@ -49,7 +50,17 @@ pub async fn watch(app: Arc<App>, mut reloader: Reloader, shutdown: impl Future<
             () = &mut shutdown => return,
         };
         reload_once(&app, &mut reloader, why);
+        if reloader.watch() != every {
+            every = reloader.watch();
+            ticks = every.map(ticker);
+        }
     }
+}
+
+fn ticker(period: std::time::Duration) -> tokio::time::Interval {
+    let mut ticks = tokio::time::interval(period);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticks
 }
 
 /// Load the file again and apply what can change live; what happened is
@@ -62,12 +73,13 @@ pub fn reload_once(app: &App, reloader: &mut Reloader, why: &str) {
         Ok(reloaded) => {
             let config = reloaded.config;
             app.apply(config.policies.values().cloned(), config.auth.clone());
+            app.guard.apply(&config.server);
             let restart = !reloaded.needs_restart.is_empty();
             if restart {
                 tracing::warn!(
                     %file,
                     settings = ?reloaded.needs_restart,
-                    "configuration reloaded, but these settings only change on a restart: still running with the old values"
+                    "configuration reloaded, but these settings only change on a restart (restart needed): still running with the old values"
                 );
             }
             tracing::info!(%file, reason = why, policies = ?app.policy_names(), "configuration reloaded");
