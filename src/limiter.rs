@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use crate::clock::{Clock, SystemClock};
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::near_cache::{NearCache, NearKey, Seen};
-use crate::policy::Policy;
+use crate::policy::{DEFAULT_MAX_COUNTERS, Policy};
 use crate::store::{
     BatchCounts, CounterBatch, CounterKey, KeyDigest, MemoryStore, Store, StoreError,
 };
@@ -96,6 +96,7 @@ pub struct Limiter<S> {
     near_cache: NearCache,
     timeout: Duration,
     failure_mode: FailureMode,
+    max_counters: usize,
     local: MemoryStore,
     metrics: Metrics,
     store_healthy: AtomicBool,
@@ -108,6 +109,7 @@ pub struct LimiterBuilder<S> {
     near_cache_capacity: u64,
     timeout: Duration,
     failure_mode: FailureMode,
+    max_counters: usize,
 }
 
 impl<S: Store> LimiterBuilder<S> {
@@ -133,6 +135,14 @@ impl<S: Store> LimiterBuilder<S> {
         self
     }
 
+    /// The most counters one check's policy may touch (precision + 1 summed
+    /// over its limits); a policy past it is refused with
+    /// [`CheckError::InvalidPolicy`] before anything is read.
+    pub fn max_counters(mut self, max_counters: usize) -> Self {
+        self.max_counters = max_counters;
+        self
+    }
+
     pub fn build(self) -> Limiter<S> {
         Limiter {
             store: self.store,
@@ -140,6 +150,7 @@ impl<S: Store> LimiterBuilder<S> {
             near_cache: NearCache::new(self.near_cache_capacity),
             timeout: self.timeout,
             failure_mode: self.failure_mode,
+            max_counters: self.max_counters,
             local: MemoryStore::new(),
             metrics: Metrics::default(),
             store_healthy: AtomicBool::new(true),
@@ -155,6 +166,7 @@ impl<S: Store> Limiter<S> {
             near_cache_capacity: DEFAULT_NEAR_CACHE_CAPACITY,
             timeout: DEFAULT_TIMEOUT,
             failure_mode: FailureMode::default(),
+            max_counters: DEFAULT_MAX_COUNTERS,
         }
     }
 
@@ -224,7 +236,7 @@ impl<S: Store> Limiter<S> {
         cost: u64,
         mut counting: Counting,
     ) -> Result<Decision, CheckError> {
-        validate(key, cost)?;
+        validate(key, policy, cost, self.max_counters)?;
         // A check that can never pass must not be counted, even for the
         // instant before its rollback: answer it as a peek.
         if counting == Counting::IfAdmitted && cost > policy.max_cost() {

@@ -16,7 +16,9 @@ pub use guard::{
 };
 
 use crate::limiter::{DEFAULT_NEAR_CACHE_CAPACITY, DEFAULT_TIMEOUT, FailureMode};
-use crate::policy::{LimitSpec, PLAIN_NAME_RULE, Policy, is_plain_name};
+use crate::policy::{
+    DEFAULT_MAX_COUNTERS, LimitSpec, MAX_COUNTERS, PLAIN_NAME_RULE, Policy, is_plain_name,
+};
 use crate::store::DEFAULT_CONNECTIONS;
 #[cfg(feature = "memcached")]
 use crate::store::MemcachedOptions;
@@ -103,6 +105,8 @@ struct FileConfig {
     #[serde(default)]
     near_cache: NearCacheSection,
     #[serde(default)]
+    limits: LimitsSection,
+    #[serde(default)]
     failure: FailureSection,
     #[serde(default)]
     auth: AuthSection,
@@ -153,6 +157,13 @@ struct NearCacheSection {
     capacity: Option<u64>,
 }
 
+/// Bounds on what one check may touch, whoever sends it.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LimitsSection {
+    max_counters: Option<u64>,
+}
+
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FailureSection {
@@ -187,6 +198,9 @@ pub struct Config {
     pub cluster: ClusterConfig,
     pub timeout: Duration,
     pub near_cache_capacity: u64,
+    /// The most counters one policy may touch (precision + 1 summed over
+    /// its limits), inline or named.
+    pub max_counters: usize,
     pub failure_mode: FailureMode,
     pub policies: BTreeMap<String, Policy>,
     pub auth: AuthConfig,
@@ -330,6 +344,17 @@ impl Config {
             .or(file.near_cache.capacity)
             .unwrap_or(DEFAULT_NEAR_CACHE_CAPACITY);
 
+        let max_counters = match file.limits.max_counters {
+            None => DEFAULT_MAX_COUNTERS,
+            Some(max) if (2..=MAX_COUNTERS as u64).contains(&max) => max as usize,
+            Some(max) => {
+                return Err(in_file(
+                    "limits.max_counters",
+                    format!("must be from 2 to {MAX_COUNTERS}, got {max}"),
+                ));
+            }
+        };
+
         let mut policies = BTreeMap::new();
         for (name, section) in &file.policies {
             let field = format!("policies.{name}");
@@ -349,6 +374,9 @@ impl Config {
                 }
                 _ => in_file(&format!("{field}.limits"), error.to_string()),
             })?;
+            policy
+                .within(max_counters)
+                .map_err(|error| in_file(&format!("{field}.limits"), error.to_string()))?;
             policies.insert(name.clone(), policy.with_shadow(section.shadow));
         }
 
@@ -420,6 +448,7 @@ impl Config {
             cluster,
             timeout: Duration::from_millis(timeout_ms),
             near_cache_capacity,
+            max_counters,
             failure_mode,
             policies,
             auth,
@@ -457,6 +486,7 @@ impl Config {
             "near_cache.capacity",
             self.near_cache_capacity != new.near_cache_capacity,
         );
+        compare("limits.max_counters", self.max_counters != new.max_counters);
         compare("failure.mode", self.failure_mode != new.failure_mode);
         compare("rls.listen", self.rls_listen != new.rls_listen);
         compare("rls.config", self.rls_config != new.rls_config);

@@ -202,6 +202,7 @@ impl App {
             .clock(clock)
             .timeout(config.timeout)
             .near_cache_capacity(config.near_cache_capacity)
+            .max_counters(config.max_counters)
             .failure_mode(config.failure_mode)
             .build();
         let mut app = App::new(

@@ -1,0 +1,106 @@
+//! What a client sends is bounded in work and memory, not only in count:
+//! the counters one policy may touch (`limits.max_counters`), the
+//! near-cache in bytes (`near_cache.max_bytes`), and the embedded store's
+//! capacity over the counters of failure mode `local`. Each on the real
+//! server or library, as a user runs it.
+#![cfg(all(feature = "server", feature = "memcached"))]
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+
+use common::http;
+use serde_json::json;
+use slidegate::config::{Config, Overrides};
+use slidegate::server::{self, App};
+use tokio::sync::oneshot;
+
+/// The real server, built from a configuration as the binary builds it.
+struct Served {
+    addr: SocketAddr,
+    _stop: oneshot::Sender<()>,
+}
+
+async fn serve(toml: &str) -> Served {
+    let config = Config::resolve(
+        Some((Path::new("bounds.toml"), toml)),
+        &Overrides::default(),
+    )
+    .expect("a valid configuration");
+    let app = Arc::new(App::from_config(&config).await.expect("the app"));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    tokio::spawn(server::serve(listener, app, async {
+        let _ = stopped.await;
+    }));
+    Served { addr, _stop: stop }
+}
+
+/// `count` limits at precision 1000, each with its own window.
+fn fine_limits(count: usize) -> Vec<serde_json::Value> {
+    (1..=count)
+        .map(|seconds| json!({"limit": 5, "window": format!("{seconds}s"), "precision": 1000}))
+        .collect()
+}
+
+#[tokio::test]
+async fn an_inline_policy_past_max_counters_is_a_400_naming_limits() {
+    let served = serve("").await;
+    // 16 limits at precision 1000: 16,016 counters in one ~1 KB body.
+    let body = json!({"key": "k", "limits": fine_limits(16)});
+    let response = http::post(served.addr, "/v1/check", &body.to_string()).await;
+    assert_eq!(response.status, 400, "{}", response.body);
+    let error = response.error();
+    assert!(error.starts_with("limits: "), "{error}");
+    assert!(
+        error.contains("16016 counters") && error.contains("limits.max_counters = 128"),
+        "{error}"
+    );
+
+    // At the bound: 127 + 1 = 128 counters pass.
+    let at_bound =
+        json!({"key": "k", "limits": [{"limit": 5, "window": "127s", "precision": 127}]});
+    let response = http::post(served.addr, "/v1/check", &at_bound.to_string()).await;
+    assert_eq!(response.status, 200, "{}", response.body);
+
+    // A higher bound, configured, lets the same body through.
+    let served = serve("[limits]\nmax_counters = 16016\n").await;
+    let response = http::post(served.addr, "/v1/peek", &body.to_string()).await;
+    assert_eq!(response.status, 200, "{}", response.body);
+}
+
+#[test]
+fn a_configured_policy_past_max_counters_is_a_config_error_naming_it() {
+    let limits: Vec<String> = (1..=16)
+        .map(|seconds| format!("{{ limit = 5, window = \"{seconds}s\", precision = 1000 }}"))
+        .collect();
+    let toml = format!("[policies.big]\nlimits = [{}]\n", limits.join(", "));
+    let error = Config::resolve(
+        Some((Path::new("bounds.toml"), &toml)),
+        &Overrides::default(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        error.starts_with("bounds.toml: policies.big.limits: 16016 counters"),
+        "{error}"
+    );
+    assert!(error.contains("limits.max_counters = 128"), "{error}");
+
+    for bad in ["0", "1", "16017"] {
+        let toml = format!("[limits]\nmax_counters = {bad}\n");
+        let error = Config::resolve(
+            Some((Path::new("bounds.toml"), &toml)),
+            &Overrides::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            error.starts_with("bounds.toml: limits.max_counters: must be from 2 to 16016"),
+            "{error}"
+        );
+    }
+}
