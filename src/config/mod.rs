@@ -33,6 +33,12 @@ pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::ne
     8080,
 ));
 
+/// Descriptors one RLS request may carry when `rls.max_descriptors` is not set.
+pub const DEFAULT_RLS_MAX_DESCRIPTORS: usize = 64;
+/// The highest `rls.max_descriptors`: about what gRPC's 4 MiB message bound
+/// lets through anyway.
+const MAX_RLS_DESCRIPTORS: u64 = 100_000;
+
 /// How often the configuration file is read for changes by default.
 pub const DEFAULT_WATCH: Duration = Duration::from_secs(1);
 
@@ -135,6 +141,7 @@ struct ReloadSection {
 struct RlsSection {
     listen: Option<String>,
     config: Option<PathBuf>,
+    max_descriptors: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -208,6 +215,8 @@ pub struct Config {
     pub rls_listen: Option<SocketAddr>,
     /// envoyproxy/ratelimit YAML rules for RLS: a file or a directory.
     pub rls_config: Option<PathBuf>,
+    /// The most descriptors one RLS request may carry.
+    pub rls_max_descriptors: usize,
     /// How often the file is read for changes, to reload it; `None`: only
     /// on SIGHUP.
     pub watch: Option<Duration>,
@@ -408,6 +417,16 @@ impl Config {
                 _ => path.clone(),
             })
         });
+        let rls_max_descriptors = match file.rls.max_descriptors {
+            None => DEFAULT_RLS_MAX_DESCRIPTORS,
+            Some(max @ 1..=MAX_RLS_DESCRIPTORS) => max as usize,
+            Some(max) => {
+                return Err(in_file(
+                    "rls.max_descriptors",
+                    format!("must be from 1 to {MAX_RLS_DESCRIPTORS}, got {max}"),
+                ));
+            }
+        };
         if !cfg!(feature = "grpc") && (rls_listen.is_some() || rls_config.is_some()) {
             return Err(ConfigError(
                 "Envoy RLS is configured, but this build has no `grpc` feature".to_owned(),
@@ -454,6 +473,7 @@ impl Config {
             auth,
             rls_listen,
             rls_config,
+            rls_max_descriptors,
             watch,
             memory_capacity: guards.memory_capacity,
             server: guards.server,
@@ -490,6 +510,10 @@ impl Config {
         compare("failure.mode", self.failure_mode != new.failure_mode);
         compare("rls.listen", self.rls_listen != new.rls_listen);
         compare("rls.config", self.rls_config != new.rls_config);
+        compare(
+            "rls.max_descriptors",
+            self.rls_max_descriptors != new.rls_max_descriptors,
+        );
         compare("reload.watch_ms", self.watch != new.watch);
         changed
     }

@@ -53,6 +53,9 @@ pub struct App {
     /// in /metrics.
     #[cfg(feature = "grpc")]
     rls: Option<Arc<rls::Rls>>,
+    /// The most descriptors one `ShouldRateLimit` request may carry.
+    #[cfg(feature = "grpc")]
+    rls_max_descriptors: usize,
 }
 
 /// The settings that change without a restart.
@@ -88,6 +91,8 @@ impl App {
             ),
             #[cfg(feature = "grpc")]
             rls: None,
+            #[cfg(feature = "grpc")]
+            rls_max_descriptors: crate::config::DEFAULT_RLS_MAX_DESCRIPTORS,
         }
     }
 
@@ -211,6 +216,10 @@ impl App {
             config.auth.clone(),
         );
         app.guard = guard::Guard::new(config.server.clone(), local_clock);
+        #[cfg(feature = "grpc")]
+        {
+            app.rls_max_descriptors = config.rls_max_descriptors;
+        }
         #[cfg(feature = "memcached")]
         {
             app.guard.shared_clock = shared_clock;
