@@ -17,7 +17,8 @@ use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::near_cache::{NearCache, NearKey, Seen};
 use crate::policy::{DEFAULT_MAX_COUNTERS, Policy};
 use crate::store::{
-    BatchCounts, CounterBatch, CounterKey, KeyDigest, MemoryStore, Store, StoreError,
+    BatchCounts, CounterBatch, CounterKey, DEFAULT_MEMORY_CAPACITY, KeyDigest, MemoryStore, Store,
+    StoreError,
 };
 use crate::window::{self, Counting, Verdict};
 
@@ -110,6 +111,7 @@ pub struct LimiterBuilder<S> {
     timeout: Duration,
     failure_mode: FailureMode,
     max_counters: usize,
+    local_capacity: usize,
 }
 
 impl<S: Store> LimiterBuilder<S> {
@@ -135,6 +137,14 @@ impl<S: Store> LimiterBuilder<S> {
         self
     }
 
+    /// Counters failure mode `local` holds before it evicts (the server
+    /// passes `memory.capacity`): an outage under a flood of distinct keys
+    /// costs bounded memory.
+    pub fn local_capacity(mut self, capacity: usize) -> Self {
+        self.local_capacity = capacity;
+        self
+    }
+
     /// The most counters one check's policy may touch (precision + 1 summed
     /// over its limits); a policy past it is refused with
     /// [`CheckError::InvalidPolicy`] before anything is read.
@@ -151,7 +161,7 @@ impl<S: Store> LimiterBuilder<S> {
             timeout: self.timeout,
             failure_mode: self.failure_mode,
             max_counters: self.max_counters,
-            local: MemoryStore::new(),
+            local: MemoryStore::with_capacity(self.local_capacity),
             metrics: Metrics::default(),
             store_healthy: AtomicBool::new(true),
         }
@@ -167,6 +177,7 @@ impl<S: Store> Limiter<S> {
             timeout: DEFAULT_TIMEOUT,
             failure_mode: FailureMode::default(),
             max_counters: DEFAULT_MAX_COUNTERS,
+            local_capacity: DEFAULT_MEMORY_CAPACITY,
         }
     }
 
@@ -222,6 +233,12 @@ impl<S: Store> Limiter<S> {
 
     pub fn metrics(&self) -> MetricsSnapshot {
         self.metrics.snapshot()
+    }
+
+    /// Counters held by failure mode `local` (expired ones not yet reused
+    /// included).
+    pub fn local_counters(&self) -> usize {
+        self.local.len()
     }
 
     /// Keys currently remembered by the near-cache.

@@ -104,3 +104,38 @@ fn a_configured_policy_past_max_counters_is_a_config_error_naming_it() {
         );
     }
 }
+
+/// `memory.capacity` bounds the counters of failure mode `local` too: with
+/// Memcached down, a flood of distinct keys decided on this process's
+/// counters holds at most that many.
+#[tokio::test]
+async fn local_fallback_counters_stay_within_memory_capacity() {
+    let mut memcached = common::Memcached::start();
+    let toml = format!(
+        "[memcached]\nservers = [\"{}\"]\ntimeout_ms = 2000\n\
+         [failure]\nmode = \"local\"\n[memory]\ncapacity = 256\n\
+         [policies.api]\nlimits = [{{ limit = 5, window = \"1m\" }}]\n",
+        memcached.addr()
+    );
+    let config = Config::resolve(
+        Some((Path::new("bounds.toml"), &toml)),
+        &Overrides::default(),
+    )
+    .expect("a valid configuration");
+    let app = App::from_config(&config).await.expect("the app");
+    memcached.kill();
+
+    let limiter = app.limiter();
+    let policy = &config.policies["api"];
+    for index in 0..5_000 {
+        let decision = limiter
+            .check(&format!("flood-{index}"), policy, 1)
+            .await
+            .expect("decided by the local counters");
+        assert_eq!(decision.source, slidegate::Source::Fallback);
+    }
+    let held = limiter.local_counters();
+    println!("local counters after 5,000 distinct keys: {held} (capacity 256)");
+    assert!(held <= 256, "{held} local counters, capacity 256");
+    assert!(held > 0);
+}

@@ -208,6 +208,7 @@ impl App {
             .timeout(config.timeout)
             .near_cache_capacity(config.near_cache_capacity)
             .max_counters(config.max_counters)
+            .local_capacity(config.memory_capacity)
             .failure_mode(config.failure_mode)
             .build();
         let mut app = App::new(
