@@ -108,6 +108,7 @@ pub struct LimiterBuilder<S> {
     store: S,
     clock: Arc<dyn Clock>,
     near_cache_capacity: u64,
+    near_cache_max_bytes: u64,
     timeout: Duration,
     failure_mode: FailureMode,
     max_counters: usize,
@@ -123,6 +124,13 @@ impl<S: Store> LimiterBuilder<S> {
     /// How many keys the near-cache of hot rejects holds; 0 turns it off.
     pub fn near_cache_capacity(mut self, capacity: u64) -> Self {
         self.near_cache_capacity = capacity;
+        self
+    }
+
+    /// How many bytes the near-cache may hold (each entry weighs its real
+    /// size, its counts included); 0 turns it off.
+    pub fn near_cache_max_bytes(mut self, max_bytes: u64) -> Self {
+        self.near_cache_max_bytes = max_bytes;
         self
     }
 
@@ -157,7 +165,7 @@ impl<S: Store> LimiterBuilder<S> {
         Limiter {
             store: self.store,
             clock: self.clock,
-            near_cache: NearCache::new(self.near_cache_capacity),
+            near_cache: NearCache::bounded(self.near_cache_capacity, self.near_cache_max_bytes),
             timeout: self.timeout,
             failure_mode: self.failure_mode,
             max_counters: self.max_counters,
@@ -174,6 +182,7 @@ impl<S: Store> Limiter<S> {
             store,
             clock: Arc::new(SystemClock),
             near_cache_capacity: DEFAULT_NEAR_CACHE_CAPACITY,
+            near_cache_max_bytes: crate::near_cache::DEFAULT_MAX_BYTES,
             timeout: DEFAULT_TIMEOUT,
             failure_mode: FailureMode::default(),
             max_counters: DEFAULT_MAX_COUNTERS,
@@ -239,6 +248,11 @@ impl<S: Store> Limiter<S> {
     /// included).
     pub fn local_counters(&self) -> usize {
         self.local.len()
+    }
+
+    /// The near-cache's weight in bytes, settled (not for the request path).
+    pub fn near_cache_bytes(&self) -> u64 {
+        self.near_cache.settled_weight()
     }
 
     /// Keys currently remembered by the near-cache.

@@ -162,6 +162,7 @@ struct MemcachedSection {
 #[serde(deny_unknown_fields)]
 struct NearCacheSection {
     capacity: Option<u64>,
+    max_bytes: Option<u64>,
 }
 
 /// Bounds on what one check may touch, whoever sends it.
@@ -205,6 +206,8 @@ pub struct Config {
     pub cluster: ClusterConfig,
     pub timeout: Duration,
     pub near_cache_capacity: u64,
+    /// Bytes the near-cache may hold; 0 turns it off.
+    pub near_cache_max_bytes: u64,
     /// The most counters one policy may touch (precision + 1 summed over
     /// its limits), inline or named.
     pub max_counters: usize,
@@ -352,6 +355,10 @@ impl Config {
             .near_cache_capacity
             .or(file.near_cache.capacity)
             .unwrap_or(DEFAULT_NEAR_CACHE_CAPACITY);
+        let near_cache_max_bytes = file
+            .near_cache
+            .max_bytes
+            .unwrap_or(crate::near_cache::DEFAULT_MAX_BYTES);
 
         let max_counters = match file.limits.max_counters {
             None => DEFAULT_MAX_COUNTERS,
@@ -467,6 +474,7 @@ impl Config {
             cluster,
             timeout: Duration::from_millis(timeout_ms),
             near_cache_capacity,
+            near_cache_max_bytes,
             max_counters,
             failure_mode,
             policies,
@@ -505,6 +513,10 @@ impl Config {
         compare(
             "near_cache.capacity",
             self.near_cache_capacity != new.near_cache_capacity,
+        );
+        compare(
+            "near_cache.max_bytes",
+            self.near_cache_max_bytes != new.near_cache_max_bytes,
         );
         compare("limits.max_counters", self.max_counters != new.max_counters);
         compare("failure.mode", self.failure_mode != new.failure_mode);
