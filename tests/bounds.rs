@@ -23,12 +23,17 @@ struct Served {
     _stop: oneshot::Sender<()>,
 }
 
-async fn serve(toml: &str) -> Served {
-    let config = Config::resolve(
+/// A configuration from `toml`, as if read from `bounds.toml`.
+fn resolve(toml: &str) -> Result<Config, String> {
+    Config::resolve(
         Some((Path::new("bounds.toml"), toml)),
         &Overrides::default(),
     )
-    .expect("a valid configuration");
+    .map_err(|error| error.to_string())
+}
+
+async fn serve(toml: &str) -> Served {
+    let config = resolve(toml).expect("a valid configuration");
     let app = Arc::new(App::from_config(&config).await.expect("the app"));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -78,12 +83,7 @@ fn a_configured_policy_past_max_counters_is_a_config_error_naming_it() {
         .map(|seconds| format!("{{ limit = 5, window = \"{seconds}s\", precision = 1000 }}"))
         .collect();
     let toml = format!("[policies.big]\nlimits = [{}]\n", limits.join(", "));
-    let error = Config::resolve(
-        Some((Path::new("bounds.toml"), &toml)),
-        &Overrides::default(),
-    )
-    .unwrap_err()
-    .to_string();
+    let error = resolve(&toml).unwrap_err();
     assert!(
         error.starts_with("bounds.toml: policies.big.limits: 16016 counters"),
         "{error}"
@@ -92,12 +92,7 @@ fn a_configured_policy_past_max_counters_is_a_config_error_naming_it() {
 
     for bad in ["0", "1", "16017"] {
         let toml = format!("[limits]\nmax_counters = {bad}\n");
-        let error = Config::resolve(
-            Some((Path::new("bounds.toml"), &toml)),
-            &Overrides::default(),
-        )
-        .unwrap_err()
-        .to_string();
+        let error = resolve(&toml).unwrap_err();
         assert!(
             error.starts_with("bounds.toml: limits.max_counters: must be from 2 to 16016"),
             "{error}"
@@ -117,11 +112,7 @@ async fn local_fallback_counters_stay_within_memory_capacity() {
          [policies.api]\nlimits = [{{ limit = 5, window = \"1m\" }}]\n",
         memcached.addr()
     );
-    let config = Config::resolve(
-        Some((Path::new("bounds.toml"), &toml)),
-        &Overrides::default(),
-    )
-    .expect("a valid configuration");
+    let config = resolve(&toml).expect("a valid configuration");
     let app = App::from_config(&config).await.expect("the app");
     memcached.kill();
 
