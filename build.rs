@@ -19,6 +19,8 @@ fn compile_protos() -> Result<(), Box<dyn std::error::Error>> {
         // tonic's transport, which the service does not otherwise use.
         .build_client(true)
         .build_transport(false)
+        // Undecodable bytes are the caller's error (src/server/rls/codec.rs).
+        .codec_path("crate::server::rls::codec::CallerCodec")
         .compile_fds(files)?;
     Ok(())
 }

@@ -67,6 +67,7 @@ mod fuzz;
 pub mod fuzz_targets;
 #[cfg(any(feature = "server", feature = "tower"))]
 mod headers;
+mod join;
 pub mod limiter;
 pub mod metrics;
 pub mod near_cache;

@@ -15,9 +15,10 @@ use std::time::{Duration, Instant};
 use crate::clock::{Clock, SystemClock};
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::near_cache::{NearCache, NearKey, Seen};
-use crate::policy::Policy;
+use crate::policy::{DEFAULT_MAX_COUNTERS, Policy};
 use crate::store::{
-    BatchCounts, CounterBatch, CounterKey, KeyDigest, MemoryStore, Store, StoreError,
+    BatchCounts, CounterBatch, CounterKey, DEFAULT_MEMORY_CAPACITY, KeyDigest, MemoryStore, Store,
+    StoreError,
 };
 use crate::window::{self, Counting, Verdict};
 
@@ -96,6 +97,7 @@ pub struct Limiter<S> {
     near_cache: NearCache,
     timeout: Duration,
     failure_mode: FailureMode,
+    max_counters: usize,
     local: MemoryStore,
     metrics: Metrics,
     store_healthy: AtomicBool,
@@ -106,8 +108,11 @@ pub struct LimiterBuilder<S> {
     store: S,
     clock: Arc<dyn Clock>,
     near_cache_capacity: u64,
+    near_cache_max_bytes: u64,
     timeout: Duration,
     failure_mode: FailureMode,
+    max_counters: usize,
+    local_capacity: usize,
 }
 
 impl<S: Store> LimiterBuilder<S> {
@@ -122,6 +127,13 @@ impl<S: Store> LimiterBuilder<S> {
         self
     }
 
+    /// How many bytes the near-cache may hold (each entry weighs its real
+    /// size, its counts included); 0 turns it off.
+    pub fn near_cache_max_bytes(mut self, max_bytes: u64) -> Self {
+        self.near_cache_max_bytes = max_bytes;
+        self
+    }
+
     /// How long to wait for the store before the failure mode decides.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
@@ -133,14 +145,31 @@ impl<S: Store> LimiterBuilder<S> {
         self
     }
 
+    /// Counters failure mode `local` holds before it evicts (the server
+    /// passes `memory.capacity`): an outage under a flood of distinct keys
+    /// costs bounded memory.
+    pub fn local_capacity(mut self, capacity: usize) -> Self {
+        self.local_capacity = capacity;
+        self
+    }
+
+    /// The most counters one check's policy may touch (precision + 1 summed
+    /// over its limits); a policy past it is refused with
+    /// [`CheckError::InvalidPolicy`] before anything is read.
+    pub fn max_counters(mut self, max_counters: usize) -> Self {
+        self.max_counters = max_counters;
+        self
+    }
+
     pub fn build(self) -> Limiter<S> {
         Limiter {
             store: self.store,
             clock: self.clock,
-            near_cache: NearCache::new(self.near_cache_capacity),
+            near_cache: NearCache::bounded(self.near_cache_capacity, self.near_cache_max_bytes),
             timeout: self.timeout,
             failure_mode: self.failure_mode,
-            local: MemoryStore::new(),
+            max_counters: self.max_counters,
+            local: MemoryStore::with_capacity(self.local_capacity),
             metrics: Metrics::default(),
             store_healthy: AtomicBool::new(true),
         }
@@ -153,8 +182,11 @@ impl<S: Store> Limiter<S> {
             store,
             clock: Arc::new(SystemClock),
             near_cache_capacity: DEFAULT_NEAR_CACHE_CAPACITY,
+            near_cache_max_bytes: crate::near_cache::DEFAULT_MAX_BYTES,
             timeout: DEFAULT_TIMEOUT,
             failure_mode: FailureMode::default(),
+            max_counters: DEFAULT_MAX_COUNTERS,
+            local_capacity: DEFAULT_MEMORY_CAPACITY,
         }
     }
 
@@ -224,6 +256,17 @@ impl<S: Store> Limiter<S> {
         self.metrics.snapshot()
     }
 
+    /// Counters held by failure mode `local` (expired ones not yet reused
+    /// included).
+    pub fn local_counters(&self) -> usize {
+        self.local.len()
+    }
+
+    /// The near-cache's weight in bytes, settled (not for the request path).
+    pub fn near_cache_bytes(&self) -> u64 {
+        self.near_cache.settled_weight()
+    }
+
     /// Keys currently remembered by the near-cache.
     pub fn near_cache_len(&self) -> u64 {
         self.near_cache.len()
@@ -236,7 +279,7 @@ impl<S: Store> Limiter<S> {
         cost: u64,
         mut counting: Counting,
     ) -> Result<Decision, CheckError> {
-        validate(key, cost)?;
+        validate(key, policy, cost, self.max_counters)?;
         // A check that can never pass must not be counted, even for the
         // instant before its rollback: answer it as a peek.
         if counting == Counting::IfAdmitted && cost > policy.max_cost() {

@@ -10,7 +10,9 @@
 //! consulted with the request's own cost, and anything it does not reject
 //! goes to the store.
 //!
-//! Entries are bounded in number (moka evicts the least useful) and expire
+//! Entries are bounded in number and in bytes (moka evicts the least
+//! useful; an entry weighs its real size, so one of a many-counter policy
+//! weighs more than one of a single limit), and expire
 //! when their counts could no longer reject the request that created them.
 //! That expiry is only housekeeping: every lookup re-decides with the
 //! limiter's clock, so a stale entry can never reject wrongly.
@@ -104,12 +106,49 @@ pub struct Seen {
     pub counts: SmallVec<[u64; 2]>,
 }
 
+/// Bytes the near-cache may hold when `near_cache.max_bytes` is not set.
+pub const DEFAULT_MAX_BYTES: u64 = 64 * 1024 * 1024;
+/// What an entry costs besides the key and the value: moka's entry node, its
+/// place in the access and expiry orders, its hash table slot, and the
+/// allocator's headers. An estimate, fitted to the resident memory of
+/// 100,000 refused keys of 128 counters (tests/bounds.rs).
+const MOKA_BYTES_PER_ENTRY: usize = 256;
+
 /// What one key's entry holds, in one allocation for a policy of one limit
-/// at precision 1: the near-cache's capacity is counted in entries, and
-/// its memory is mostly theirs (100,000 entries: docs/performance.md).
+/// at precision 1.
 struct Entry {
     seen: SmallVec<[Seen; 1]>,
     lifetime: Duration,
+    /// What the entry costs in memory, counted once when made.
+    bytes: u32,
+}
+
+impl Entry {
+    fn new(seen: SmallVec<[Seen; 1]>, lifetime: Duration) -> Entry {
+        let heap_of_seen = if seen.spilled() {
+            seen.capacity() * size_of::<Seen>()
+        } else {
+            0
+        };
+        let heap_of_counts: usize = seen
+            .iter()
+            .filter(|seen| seen.counts.spilled())
+            .map(|seen| seen.counts.capacity() * size_of::<u64>())
+            .sum();
+        // The key, the Arc's counts and the entry itself, what it points
+        // to, and moka's own bookkeeping.
+        let bytes = size_of::<NearKey>()
+            + 2 * size_of::<usize>()
+            + size_of::<Entry>()
+            + heap_of_seen
+            + heap_of_counts
+            + MOKA_BYTES_PER_ENTRY;
+        Entry {
+            seen,
+            lifetime,
+            bytes: u32::try_from(bytes).unwrap_or(u32::MAX),
+        }
+    }
 }
 
 struct UntilUseless;
@@ -135,11 +174,23 @@ pub struct NearCache {
 }
 
 impl NearCache {
-    /// A cache of at most `capacity` keys; 0 turns it off.
+    /// A cache of at most `capacity` keys and [`DEFAULT_MAX_BYTES`]; 0 turns
+    /// it off.
     pub fn new(capacity: u64) -> NearCache {
-        let cache = (capacity > 0).then(|| {
+        NearCache::bounded(capacity, DEFAULT_MAX_BYTES)
+    }
+
+    /// A cache of at most `capacity` keys and `max_bytes` bytes; either 0
+    /// turns it off.
+    pub fn bounded(capacity: u64, max_bytes: u64) -> NearCache {
+        let cache = (capacity > 0 && max_bytes > 0).then(|| {
+            // moka has one bound, in weight: every entry weighs at least
+            // `max_bytes / capacity`, so no more than `capacity` fit, and at
+            // least its real size, so together they stay under `max_bytes`.
+            let floor = u32::try_from(max_bytes / capacity).unwrap_or(u32::MAX);
             Cache::builder()
-                .max_capacity(capacity)
+                .max_capacity(max_bytes)
+                .weigher(move |_: &NearKey, entry: &Arc<Entry>| entry.bytes.max(floor))
                 .expire_after(UntilUseless)
                 .build_with_hasher(SeededFold::new())
         });
@@ -176,7 +227,7 @@ impl NearCache {
     pub fn remember(&self, key: NearKey, seen: impl IntoIterator<Item = Seen>, lifetime: Duration) {
         if let Some(cache) = &self.cache {
             let seen = seen.into_iter().collect();
-            cache.insert(key, Arc::new(Entry { seen, lifetime }));
+            cache.insert(key, Arc::new(Entry::new(seen, lifetime)));
         }
     }
 
@@ -187,6 +238,15 @@ impl NearCache {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// The entries' weight after moka's pending bookkeeping: bytes, or
+    /// `max_bytes / capacity` for an entry smaller than that.
+    pub fn settled_weight(&self) -> u64 {
+        self.cache.as_ref().map_or(0, |cache| {
+            cache.run_pending_tasks();
+            cache.weighted_size()
+        })
     }
 
     /// The count after moka's pending bookkeeping is done: exact, for a
@@ -235,6 +295,37 @@ mod tests {
         // Same key and windows hash, but another precision: not usable.
         let finer = Policy::new("api", vec![per_minute.with_precision(2).unwrap()]).unwrap();
         assert_eq!(cache.lower_bounds(&key, &finer, 600_000), None);
+    }
+
+    #[test]
+    fn entries_weigh_their_counts_and_bytes_bound_them() {
+        let fine = Limit::new(1, 127_000, 127).unwrap();
+        let policy = Policy::inline(vec![fine]).unwrap();
+        let seen = |counts: usize| Seen {
+            window: fine.window(),
+            bucket: 1,
+            counts: vec![1; counts].into(),
+        };
+        let small = Entry::new(smallvec::smallvec![seen(2)], Duration::from_secs(1));
+        let large = Entry::new(smallvec::smallvec![seen(128)], Duration::from_secs(1));
+        assert!(large.bytes >= small.bytes + 1024, "{}", large.bytes);
+
+        // Room for about 10 large entries; 100 are remembered.
+        let cache = NearCache::bounded(1_000, 10 * u64::from(large.bytes) + 100);
+        for index in 0..100 {
+            let key = NearKey::new(KeyDigest::of("inline", &index.to_string()), &policy);
+            cache.remember(key, vec![seen(128)], Duration::from_secs(60));
+        }
+        assert!(cache.settled_weight() <= 10 * u64::from(large.bytes) + 100);
+        assert!(cache.settled_len() <= 10, "{}", cache.settled_len());
+
+        // And `capacity` still bounds the entries, however small.
+        let cache = NearCache::bounded(10, DEFAULT_MAX_BYTES);
+        for index in 0..100 {
+            let key = NearKey::new(KeyDigest::of("inline", &index.to_string()), &policy);
+            cache.remember(key, vec![seen(2)], Duration::from_secs(60));
+        }
+        assert!(cache.settled_len() <= 10, "{}", cache.settled_len());
     }
 
     #[test]

@@ -16,6 +16,13 @@ pub const MAX_WINDOW_MS: u64 = 365 * DAY_MS;
 pub const MAX_PRECISION: u32 = 1000;
 /// The most limits one policy may hold; each costs precision + 1 counters.
 pub const MAX_LIMITS: usize = 16;
+/// The most counters a policy may touch (precision + 1 summed over its
+/// limits) when `limits.max_counters` is not configured: what one check
+/// costs the store and the near-cache stays small, whoever sends it.
+pub const DEFAULT_MAX_COUNTERS: usize = 128;
+/// The most counters any policy can touch: [`MAX_LIMITS`] limits at
+/// [`MAX_PRECISION`], the highest `limits.max_counters` can be set.
+pub const MAX_COUNTERS: usize = MAX_LIMITS * (MAX_PRECISION as usize + 1);
 /// The scope of limits given inline in a request rather than by name.
 pub const INLINE_SCOPE: &str = "inline";
 
@@ -245,6 +252,27 @@ impl Policy {
         self.windows_id
     }
 
+    /// The counters one check of this policy reads or adds to: precision + 1
+    /// per limit.
+    pub fn counters(&self) -> usize {
+        self.limits
+            .iter()
+            .map(|limit| limit.window().precision() as usize + 1)
+            .sum()
+    }
+
+    /// Whether this policy touches at most `max_counters` counters.
+    pub fn within(&self, max_counters: usize) -> Result<(), PolicyError> {
+        let counters = self.counters();
+        if counters > max_counters {
+            return Err(PolicyError::TooManyCounters {
+                counters,
+                max: max_counters,
+            });
+        }
+        Ok(())
+    }
+
     /// The largest cost any limit of this policy could ever admit.
     pub fn max_cost(&self) -> u64 {
         self.limits.iter().map(Limit::limit).min().unwrap_or(0)
@@ -261,6 +289,10 @@ pub enum PolicyError {
         "limits {first} and {second} have the same window and precision, so they would count into the same counters"
     )]
     Duplicate { first: usize, second: usize },
+    #[error(
+        "{counters} counters (precision + 1 summed over the limits), more than limits.max_counters = {max}"
+    )]
+    TooManyCounters { counters: usize, max: usize },
     #[error("policy name {0:?} must be {PLAIN_NAME_RULE}")]
     Name(String),
     #[error("the name `inline` is reserved for limits given in a request")]
@@ -486,5 +518,14 @@ mod tests {
         .unwrap();
         assert_eq!(policy.scope(), "api");
         assert_eq!(policy.max_cost(), 3);
+        assert_eq!(policy.counters(), 4);
+        assert_eq!(policy.within(4), Ok(()));
+        assert_eq!(
+            policy.within(3),
+            Err(PolicyError::TooManyCounters {
+                counters: 4,
+                max: 3
+            })
+        );
     }
 }

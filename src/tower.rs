@@ -159,9 +159,9 @@ where
                 Err(error) => {
                     let status = match error {
                         CheckError::StoreUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-                        CheckError::InvalidKey(_) | CheckError::InvalidCost(_) => {
-                            StatusCode::BAD_REQUEST
-                        }
+                        CheckError::InvalidKey(_)
+                        | CheckError::InvalidCost(_)
+                        | CheckError::InvalidPolicy(_) => StatusCode::BAD_REQUEST,
                     };
                     let mut response = Response::new(ResBody::default());
                     *response.status_mut() = status;

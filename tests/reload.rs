@@ -413,11 +413,15 @@ tls_ca_file = "{ca}"
 tls_server_name = "cache.internal"
 [near_cache]
 capacity = 10
+max_bytes = 2000000
+[limits]
+max_counters = 32
 [failure]
 mode = "local"
 [rls]
 listen = "127.0.0.1:11"
 config = "rules.yaml"
+max_descriptors = 16
 [memory]
 capacity = 100
 [clock]

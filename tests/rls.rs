@@ -812,3 +812,157 @@ async fn metrics_count_per_domain_and_rule() {
         "request values never become labels"
     );
 }
+
+/// A request is bounded like an HTTP body: more descriptors than
+/// `rls.max_descriptors` (64 by default) is the caller's error, decided
+/// before anything is read or counted.
+#[tokio::test]
+async fn more_descriptors_than_max_descriptors_are_invalid_argument() {
+    let rls = TestRls::start(memory(), CONFIG).await;
+    let mut client = rls.client().await;
+    let many = |count: usize| {
+        let descriptors = (0..count)
+            .map(|index| descriptor(&[("five", &format!("many-{index}"))]))
+            .collect();
+        request("test", descriptors)
+    };
+    let status = client.should_rate_limit(many(65)).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert!(
+        status
+            .message()
+            .starts_with("descriptors: at most 64 descriptors, got 65"),
+        "{}",
+        status.message()
+    );
+    assert_eq!(codes(&mut client, many(64)).await.0, Code::Ok);
+}
+
+/// Bytes that are not a `RateLimitRequest` are the caller's error:
+/// INVALID_ARGUMENT, not INTERNAL. Sent as a raw gRPC message through
+/// tonic's client with a codec that writes the bytes as they are.
+#[tokio::test]
+async fn an_undecodable_request_is_invalid_argument() {
+    use prost::bytes::{Buf, BufMut};
+    use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+
+    #[derive(Default)]
+    struct Raw;
+    impl Encoder for Raw {
+        type Item = Vec<u8>;
+        type Error = tonic::Status;
+        fn encode(&mut self, item: Vec<u8>, dst: &mut EncodeBuf<'_>) -> Result<(), Self::Error> {
+            dst.put_slice(&item);
+            Ok(())
+        }
+    }
+    impl Decoder for Raw {
+        type Item = Vec<u8>;
+        type Error = tonic::Status;
+        fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Vec<u8>>, Self::Error> {
+            Ok(Some(src.copy_to_bytes(src.remaining()).to_vec()))
+        }
+    }
+    impl Codec for Raw {
+        type Encode = Vec<u8>;
+        type Decode = Vec<u8>;
+        type Encoder = Raw;
+        type Decoder = Raw;
+        fn encoder(&mut self) -> Raw {
+            Raw
+        }
+        fn decoder(&mut self) -> Raw {
+            Raw
+        }
+    }
+
+    let rls = TestRls::start(memory(), CONFIG).await;
+    let channel = Channel::from_shared(format!("http://{}", rls.addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut grpc = tonic::client::Grpc::new(channel);
+    let path = tonic::codegen::http::uri::PathAndQuery::from_static(
+        "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+    );
+    // Field 1 (domain) as a string of bytes that are not UTF-8, then a
+    // tag of wire type 7, which does not exist.
+    for garbage in [vec![0x0a, 0x02, 0xff, 0xfe], vec![0xff; 16]] {
+        grpc.ready().await.unwrap();
+        let status = grpc
+            .unary(tonic::Request::new(garbage.clone()), path.clone(), Raw)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            status.code(),
+            tonic::Code::InvalidArgument,
+            "{garbage:?}: {}",
+            status.message()
+        );
+        assert!(
+            status.message().starts_with("request: "),
+            "{}",
+            status.message()
+        );
+    }
+    // The connection still serves well-formed calls.
+    let mut client = rls.client().await;
+    assert_eq!(
+        codes(
+            &mut client,
+            request("test", vec![descriptor(&[("five", "raw")])])
+        )
+        .await
+        .0,
+        Code::Ok
+    );
+}
+
+/// A refused request of many descriptors takes back all their additions
+/// in one pipelined exchange (one round trip through a counting proxy on a
+/// single connection), not one round trip per descriptor, and leaves every
+/// counter as it was.
+#[tokio::test]
+async fn a_refused_request_takes_back_all_its_additions_in_one_exchange() {
+    let memcached = common::shared_memcached();
+    let proxy = common::proxy::CountingProxy::start(memcached.addr()).await;
+    let options = slidegate::MemcachedOptions {
+        connections: 1,
+        ..common::memcached_options(vec![proxy.addr.clone()])
+    };
+    let store = slidegate::MemcachedStore::connect(&options).await.unwrap();
+    let rls = TestRls::start(AnyStore::Memcached(store), CONFIG).await;
+    let mut client = rls.client().await;
+    let used = || descriptor(&[("one", "used")]);
+    assert_eq!(
+        codes(&mut client, request("test", vec![used()])).await.0,
+        Code::Ok
+    );
+
+    let mut descriptors: Vec<RateLimitDescriptor> = (0..8)
+        .map(|index| descriptor(&[("five", &format!("fresh-{index}"))]))
+        .collect();
+    descriptors.push(used());
+    let before = proxy.round_trips();
+    let (overall, statuses) = codes(&mut client, request("test", descriptors)).await;
+    let round_trips = proxy.round_trips() - before;
+    println!("refused request of 9 descriptors: {round_trips} round trips");
+    assert_eq!(overall, Code::OverLimit);
+    assert_eq!(statuses[..8], [Code::Ok; 8]);
+    assert_eq!(round_trips, 2, "one to check, one to take back");
+
+    // Nothing stayed counted: each fresh key still has its five.
+    for index in [0, 7] {
+        let fresh = || {
+            request(
+                "test",
+                vec![descriptor(&[("five", &format!("fresh-{index}"))])],
+            )
+        };
+        for _ in 0..5 {
+            assert_eq!(codes(&mut client, fresh()).await.0, Code::Ok);
+        }
+        assert_eq!(codes(&mut client, fresh()).await.0, Code::OverLimit);
+    }
+}

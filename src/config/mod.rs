@@ -16,7 +16,9 @@ pub use guard::{
 };
 
 use crate::limiter::{DEFAULT_NEAR_CACHE_CAPACITY, DEFAULT_TIMEOUT, FailureMode};
-use crate::policy::{LimitSpec, PLAIN_NAME_RULE, Policy, is_plain_name};
+use crate::policy::{
+    DEFAULT_MAX_COUNTERS, LimitSpec, MAX_COUNTERS, PLAIN_NAME_RULE, Policy, is_plain_name,
+};
 use crate::store::DEFAULT_CONNECTIONS;
 #[cfg(feature = "memcached")]
 use crate::store::MemcachedOptions;
@@ -30,6 +32,12 @@ pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::ne
     std::net::Ipv4Addr::LOCALHOST,
     8080,
 ));
+
+/// Descriptors one RLS request may carry when `rls.max_descriptors` is not set.
+pub const DEFAULT_RLS_MAX_DESCRIPTORS: usize = 64;
+/// The highest `rls.max_descriptors`: about what gRPC's 4 MiB message bound
+/// lets through anyway.
+const MAX_RLS_DESCRIPTORS: u64 = 100_000;
 
 /// How often the configuration file is read for changes by default.
 pub const DEFAULT_WATCH: Duration = Duration::from_secs(1);
@@ -103,6 +111,8 @@ struct FileConfig {
     #[serde(default)]
     near_cache: NearCacheSection,
     #[serde(default)]
+    limits: LimitsSection,
+    #[serde(default)]
     failure: FailureSection,
     #[serde(default)]
     auth: AuthSection,
@@ -131,6 +141,7 @@ struct ReloadSection {
 struct RlsSection {
     listen: Option<String>,
     config: Option<PathBuf>,
+    max_descriptors: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -151,6 +162,14 @@ struct MemcachedSection {
 #[serde(deny_unknown_fields)]
 struct NearCacheSection {
     capacity: Option<u64>,
+    max_bytes: Option<u64>,
+}
+
+/// Bounds on what one check may touch, whoever sends it.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LimitsSection {
+    max_counters: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -187,6 +206,11 @@ pub struct Config {
     pub cluster: ClusterConfig,
     pub timeout: Duration,
     pub near_cache_capacity: u64,
+    /// Bytes the near-cache may hold; 0 turns it off.
+    pub near_cache_max_bytes: u64,
+    /// The most counters one policy may touch (precision + 1 summed over
+    /// its limits), inline or named.
+    pub max_counters: usize,
     pub failure_mode: FailureMode,
     pub policies: BTreeMap<String, Policy>,
     pub auth: AuthConfig,
@@ -194,6 +218,8 @@ pub struct Config {
     pub rls_listen: Option<SocketAddr>,
     /// envoyproxy/ratelimit YAML rules for RLS: a file or a directory.
     pub rls_config: Option<PathBuf>,
+    /// The most descriptors one RLS request may carry.
+    pub rls_max_descriptors: usize,
     /// How often the file is read for changes, to reload it; `None`: only
     /// on SIGHUP.
     pub watch: Option<Duration>,
@@ -329,6 +355,21 @@ impl Config {
             .near_cache_capacity
             .or(file.near_cache.capacity)
             .unwrap_or(DEFAULT_NEAR_CACHE_CAPACITY);
+        let near_cache_max_bytes = file
+            .near_cache
+            .max_bytes
+            .unwrap_or(crate::near_cache::DEFAULT_MAX_BYTES);
+
+        let max_counters = match file.limits.max_counters {
+            None => DEFAULT_MAX_COUNTERS,
+            Some(max) if (2..=MAX_COUNTERS as u64).contains(&max) => max as usize,
+            Some(max) => {
+                return Err(in_file(
+                    "limits.max_counters",
+                    format!("must be from 2 to {MAX_COUNTERS}, got {max}"),
+                ));
+            }
+        };
 
         let mut policies = BTreeMap::new();
         for (name, section) in &file.policies {
@@ -349,6 +390,9 @@ impl Config {
                 }
                 _ => in_file(&format!("{field}.limits"), error.to_string()),
             })?;
+            policy
+                .within(max_counters)
+                .map_err(|error| in_file(&format!("{field}.limits"), error.to_string()))?;
             policies.insert(name.clone(), policy.with_shadow(section.shadow));
         }
 
@@ -380,6 +424,16 @@ impl Config {
                 _ => path.clone(),
             })
         });
+        let rls_max_descriptors = match file.rls.max_descriptors {
+            None => DEFAULT_RLS_MAX_DESCRIPTORS,
+            Some(max @ 1..=MAX_RLS_DESCRIPTORS) => max as usize,
+            Some(max) => {
+                return Err(in_file(
+                    "rls.max_descriptors",
+                    format!("must be from 1 to {MAX_RLS_DESCRIPTORS}, got {max}"),
+                ));
+            }
+        };
         if !cfg!(feature = "grpc") && (rls_listen.is_some() || rls_config.is_some()) {
             return Err(ConfigError(
                 "Envoy RLS is configured, but this build has no `grpc` feature".to_owned(),
@@ -420,11 +474,14 @@ impl Config {
             cluster,
             timeout: Duration::from_millis(timeout_ms),
             near_cache_capacity,
+            near_cache_max_bytes,
+            max_counters,
             failure_mode,
             policies,
             auth,
             rls_listen,
             rls_config,
+            rls_max_descriptors,
             watch,
             memory_capacity: guards.memory_capacity,
             server: guards.server,

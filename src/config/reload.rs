@@ -45,9 +45,12 @@ pub const RESTART_ONLY: &[&str] = &[
     "memcached.tls_ca_file",
     "memcached.tls_server_name",
     "near_cache.capacity",
+    "near_cache.max_bytes",
+    "limits.max_counters",
     "failure.mode",
     "rls.listen",
     "rls.config",
+    "rls.max_descriptors",
     "memory.capacity",
     "clock.source",
 ];
@@ -172,11 +175,14 @@ pub fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'static str>
         cluster,
         timeout,
         near_cache_capacity,
+        near_cache_max_bytes,
+        max_counters,
         failure_mode,
         policies: _,
         auth: _,
         rls_listen,
         rls_config,
+        rls_max_descriptors,
         watch: _,
         memory_capacity,
         server,
@@ -223,9 +229,18 @@ pub fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'static str>
             "near_cache.capacity",
             *near_cache_capacity != new.near_cache_capacity,
         ),
+        (
+            "near_cache.max_bytes",
+            *near_cache_max_bytes != new.near_cache_max_bytes,
+        ),
+        ("limits.max_counters", *max_counters != new.max_counters),
         ("failure.mode", *failure_mode != new.failure_mode),
         ("rls.listen", *rls_listen != new.rls_listen),
         ("rls.config", *rls_config != new.rls_config),
+        (
+            "rls.max_descriptors",
+            *rls_max_descriptors != new.rls_max_descriptors,
+        ),
         ("memory.capacity", *memory_capacity != new.memory_capacity),
         ("clock.source", *clock_source != new.clock_source),
     ];
@@ -308,11 +323,15 @@ tls_ca_file = "{ca}"
 tls_server_name = "cache.example"
 [near_cache]
 capacity = 7
+max_bytes = 1000000
+[limits]
+max_counters = 64
 [failure]
 mode = "deny"
 [rls]
 listen = "127.0.0.1:9998"
 config = "rules.yaml"
+max_descriptors = 8
 [memory]
 capacity = 5
 [clock]

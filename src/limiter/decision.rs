@@ -3,7 +3,7 @@
 //! decision came from.
 
 use super::MAX_KEY_BYTES;
-use crate::policy::MAX_AMOUNT;
+use crate::policy::{MAX_AMOUNT, Policy, PolicyError};
 use crate::store::StoreError;
 use crate::window::{self, LimitState, Verdict};
 
@@ -82,13 +82,25 @@ pub enum CheckError {
     InvalidKey(String),
     #[error("cost: must be an integer from 1 to {MAX_AMOUNT}, got {0}")]
     InvalidCost(u64),
+    /// The policy touches more counters than the limiter allows
+    /// ([`LimiterBuilder::max_counters`](super::LimiterBuilder::max_counters)).
+    #[error("limits: {0}")]
+    InvalidPolicy(PolicyError),
     /// The store failed and the failure mode is [`FailureMode::Deny`](super::FailureMode::Deny).
     #[error("rate-limit store unavailable: {0}")]
     StoreUnavailable(StoreError),
 }
 
-/// The key and cost rules every entry point checks first.
-pub(super) fn validate(key: &str, cost: u64) -> Result<(), CheckError> {
+/// The key, cost and counter rules every entry point checks first.
+pub(super) fn validate(
+    key: &str,
+    policy: &Policy,
+    cost: u64,
+    max_counters: usize,
+) -> Result<(), CheckError> {
+    policy
+        .within(max_counters)
+        .map_err(CheckError::InvalidPolicy)?;
     if key.is_empty() {
         return Err(CheckError::InvalidKey("must not be empty".to_owned()));
     }

@@ -12,10 +12,8 @@
 //! rejects, the increments of all items are taken back, the way a single
 //! check takes back its own.
 
-use std::pin::Pin;
-use std::task::Poll;
-
 use super::*;
+use crate::join::join_all;
 
 /// One part of a request decided by [`Limiter::check_all`].
 #[derive(Clone, Copy, Debug)]
@@ -44,7 +42,7 @@ impl<S: Store> Limiter<S> {
     /// the same way on this process's counters.
     pub async fn check_all(&self, items: &[Item<'_>]) -> Result<Vec<Decision>, CheckError> {
         for item in items {
-            validate(item.key, item.cost)?;
+            validate(item.key, item.policy, item.cost, self.max_counters)?;
         }
         let mut now_ms = self.clock.now_ms();
         let near_keys: Vec<NearKey> = items
@@ -106,13 +104,9 @@ impl<S: Store> Limiter<S> {
                         Crossing::Retry => None,
                         Crossing::Refused(error) => Some(error),
                     };
-                    let batches = groups.iter().filter(|group| !group.batch.adds.is_empty());
-                    join_all(
-                        batches
-                            .map(|group| self.take_back(&group.batch, false))
-                            .collect(),
-                    )
-                    .await;
+                    let batches: Vec<&CounterBatch> =
+                        groups.iter().map(|group| &group.batch).collect();
+                    self.take_back_all(&batches, false).await;
                     let Some(error) = refused else {
                         now_ms = self.clock.now_ms();
                         attempt += 1;
@@ -205,11 +199,13 @@ impl<S: Store> Limiter<S> {
             }
         }
         if let Some(error) = failure {
-            for (group, counts) in groups.iter().zip(&counts_by_group) {
-                if counts.is_some() && !group.batch.adds.is_empty() {
-                    self.take_back(&group.batch, local).await;
-                }
-            }
+            let added: Vec<&CounterBatch> = groups
+                .iter()
+                .zip(&counts_by_group)
+                .filter(|(_, counts)| counts.is_some())
+                .map(|(group, _)| &group.batch)
+                .collect();
+            self.take_back_all(&added, local).await;
             return Err(error);
         }
         let counts_by_group: Vec<Vec<Counts>> = counts_by_group.into_iter().flatten().collect();
@@ -229,6 +225,15 @@ impl<S: Store> Limiter<S> {
             .collect();
         let admitted =
             counting != Counting::Never && verdicts.iter().flatten().all(|verdict| verdict.allowed);
+        // A refused request's additions, every key's, go back in one
+        // exchange rather than one round trip per key.
+        let mut after_rollbacks = if admitted {
+            Vec::new()
+        } else {
+            let batches: Vec<&CounterBatch> = groups.iter().map(|group| &group.batch).collect();
+            self.take_back_all(&batches, local).await
+        }
+        .into_iter();
         let mut decisions = Vec::new();
         for ((group, counts), verdicts) in groups.iter().zip(&counts_by_group).zip(verdicts) {
             if admitted {
@@ -241,11 +246,7 @@ impl<S: Store> Limiter<S> {
                 );
                 continue;
             }
-            let after_rollback = if group.batch.adds.is_empty() {
-                None
-            } else {
-                self.take_back(&group.batch, local).await
-            };
+            let after_rollback = after_rollbacks.next().flatten();
             let mut first_limit = 0;
             for ((index, counts), verdict) in group.split(items, counts).zip(verdicts) {
                 let item = items[index];
@@ -285,16 +286,57 @@ impl<S: Store> Limiter<S> {
         }
     }
 
-    async fn take_back(&self, batch: &CounterBatch, local: bool) -> Option<Vec<Option<u64>>> {
-        if local {
-            self.local
-                .subtract(&batch.adds, batch.amount, batch.now_ms)
-                .await
-                .ok()
+    /// Take back the additions of `batches` (all of one request, so of one
+    /// instant) at once, as [`Store::subtract_many`]: each batch's values
+    /// after, when known; `None` for a batch that added nothing. Like a
+    /// single rollback, nothing is retried.
+    async fn take_back_all(
+        &self,
+        batches: &[&CounterBatch],
+        local: bool,
+    ) -> Vec<Option<Vec<Option<u64>>>> {
+        let adding: Vec<&CounterBatch> = batches
+            .iter()
+            .copied()
+            .filter(|batch| !batch.adds.is_empty())
+            .collect();
+        let Some(now_ms) = adding.first().map(|batch| batch.now_ms) else {
+            return vec![None; batches.len()];
+        };
+        let takes: Vec<(&[CounterKey], u64)> = adding
+            .iter()
+            .map(|batch| (batch.adds.as_slice(), batch.amount))
+            .collect();
+        let results = if local {
+            self.local.subtract_many(&takes, now_ms).await
         } else {
-            self.roll_back(&batch.adds, batch.amount, batch.now_ms)
-                .await
-        }
+            let all = async { Ok(self.store.subtract_many(&takes, now_ms).await) };
+            match self.timed(all).await {
+                Ok(results) => results,
+                Err(error) => takes
+                    .iter()
+                    .map(|_| Err(StoreError::Ambiguous(error.to_string())))
+                    .collect(),
+            }
+        };
+        let mut results = results.into_iter().map(|result| {
+            result.map_err(|error| {
+                if !local {
+                    self.metrics.rollback_failure();
+                    tracing::warn!(%error, "could not take back a rejected request's increment");
+                }
+            })
+        });
+        batches
+            .iter()
+            .map(|batch| {
+                if batch.adds.is_empty() {
+                    None
+                } else {
+                    results.next()?.ok()
+                }
+            })
+            .collect()
     }
 }
 
@@ -381,29 +423,4 @@ fn refused() -> Decision {
         would_allow: false,
         decided_at_ms: 0,
     }
-}
-
-/// Poll every future until all are done; the outputs in the same order.
-/// (The crate has no futures dependency; this is all it would be used for.)
-async fn join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
-    let mut futures: Vec<Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
-    let mut outputs: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
-    std::future::poll_fn(|context| {
-        let mut pending = false;
-        for (future, output) in futures.iter_mut().zip(outputs.iter_mut()) {
-            if output.is_none() {
-                match future.as_mut().poll(context) {
-                    Poll::Ready(value) => *output = Some(value),
-                    Poll::Pending => pending = true,
-                }
-            }
-        }
-        if pending {
-            Poll::Pending
-        } else {
-            Poll::Ready(())
-        }
-    })
-    .await;
-    outputs.into_iter().flatten().collect()
 }

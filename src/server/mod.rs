@@ -57,6 +57,9 @@ pub struct App {
     /// in /metrics.
     #[cfg(feature = "grpc")]
     rls: Option<Arc<rls::Rls>>,
+    /// The most descriptors one `ShouldRateLimit` request may carry.
+    #[cfg(feature = "grpc")]
+    rls_max_descriptors: usize,
 }
 
 /// The settings that change without a restart.
@@ -92,6 +95,8 @@ impl App {
             ),
             #[cfg(feature = "grpc")]
             rls: None,
+            #[cfg(feature = "grpc")]
+            rls_max_descriptors: crate::config::DEFAULT_RLS_MAX_DESCRIPTORS,
         }
     }
 
@@ -206,6 +211,9 @@ impl App {
             .clock(clock)
             .timeout(config.timeout)
             .near_cache_capacity(config.near_cache_capacity)
+            .near_cache_max_bytes(config.near_cache_max_bytes)
+            .max_counters(config.max_counters)
+            .local_capacity(config.memory_capacity)
             .failure_mode(config.failure_mode)
             .build();
         let mut app = App::new(
@@ -214,6 +222,10 @@ impl App {
             config.auth.clone(),
         );
         app.guard = guard::Guard::new(config.server.clone(), local_clock);
+        #[cfg(feature = "grpc")]
+        {
+            app.rls_max_descriptors = config.rls_max_descriptors;
+        }
         #[cfg(feature = "memcached")]
         {
             app.guard.shared_clock = shared_clock;

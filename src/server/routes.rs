@@ -210,7 +210,7 @@ pub(super) fn check_error(error: CheckError) -> Response<Body> {
                 "source": Source::Fallback.as_str(),
             }),
         ),
-        CheckError::InvalidKey(_) | CheckError::InvalidCost(_) => {
+        CheckError::InvalidKey(_) | CheckError::InvalidCost(_) | CheckError::InvalidPolicy(_) => {
             api::error(StatusCode::BAD_REQUEST, error.to_string())
         }
     }

@@ -148,6 +148,24 @@ pub trait Store: Send + Sync + 'static {
         now_ms: u64,
     ) -> impl Future<Output = Result<Vec<Option<u64>>, StoreError>> + Send;
 
+    /// Several [`subtract`](Store::subtract)s at once, one per key (each
+    /// `(counters, amount)`): the rollback of a refused request of several
+    /// keys. Each result is its own, so one node failing loses only its
+    /// keys' values. By default every subtraction is in flight at once, so
+    /// a pipelined store sends them together; a store may group them by
+    /// node instead.
+    fn subtract_many<'a>(
+        &'a self,
+        takes: &'a [(&'a [CounterKey], u64)],
+        now_ms: u64,
+    ) -> impl Future<Output = Vec<Result<Vec<Option<u64>>, StoreError>>> + Send + 'a {
+        let calls = takes
+            .iter()
+            .map(|&(counters, amount)| self.subtract(counters, amount, now_ms))
+            .collect();
+        crate::join::join_all(calls)
+    }
+
     /// Whether the store can decide: for a store of several nodes, whether
     /// any node answers (a lost node costs only its own keys).
     fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
@@ -199,6 +217,14 @@ impl<S: Store> Store for std::sync::Arc<S> {
         now_ms: u64,
     ) -> impl Future<Output = Result<Vec<Option<u64>>, StoreError>> + Send {
         (**self).subtract(counters, amount, now_ms)
+    }
+
+    fn subtract_many<'a>(
+        &'a self,
+        takes: &'a [(&'a [CounterKey], u64)],
+        now_ms: u64,
+    ) -> impl Future<Output = Vec<Result<Vec<Option<u64>>, StoreError>>> + Send + 'a {
+        (**self).subtract_many(takes, now_ms)
     }
 
     fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
@@ -269,6 +295,18 @@ impl Store for AnyStore {
             AnyStore::Memory(store) => store.subtract(counters, amount, now_ms).await,
             #[cfg(feature = "memcached")]
             AnyStore::Memcached(store) => store.subtract(counters, amount, now_ms).await,
+        }
+    }
+
+    async fn subtract_many(
+        &self,
+        takes: &[(&[CounterKey], u64)],
+        now_ms: u64,
+    ) -> Vec<Result<Vec<Option<u64>>, StoreError>> {
+        match self {
+            AnyStore::Memory(store) => store.subtract_many(takes, now_ms).await,
+            #[cfg(feature = "memcached")]
+            AnyStore::Memcached(store) => store.subtract_many(takes, now_ms).await,
         }
     }
 

@@ -9,8 +9,10 @@
 //! | `service` | the gRPC service: descriptors to limiter items, decisions to statuses |
 //! | `metrics` | counters per domain and rule, bounded by the configuration |
 //! | `capped` | the listener's connections, under the server's connection cap |
+//! | `codec` | prost's codec, with undecodable requests the caller's error |
 
 mod capped;
+pub(crate) mod codec;
 mod metrics;
 mod rules;
 mod service;

@@ -131,6 +131,15 @@ impl RlsService {
         if request.descriptors.is_empty() {
             return Err(Status::invalid_argument("descriptors: must not be empty"));
         }
+        // Each descriptor is a key's batch and, when refused, its rollback:
+        // bounded, as an HTTP body is.
+        let max = self.app.rls_max_descriptors;
+        if request.descriptors.len() > max {
+            return Err(Status::invalid_argument(format!(
+                "descriptors: at most {max} descriptors, got {} (rls.max_descriptors)",
+                request.descriptors.len()
+            )));
+        }
         let plans = self.plan(request)?;
         let answers = self.answer(&plans).await?;
         Ok(respond(&plans, answers))

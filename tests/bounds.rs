@@ -1,0 +1,219 @@
+//! What a client sends is bounded in work and memory, not only in count:
+//! the counters one policy may touch (`limits.max_counters`), the
+//! near-cache in bytes (`near_cache.max_bytes`), and the embedded store's
+//! capacity over the counters of failure mode `local`. Each on the real
+//! server or library, as a user runs it.
+#![cfg(all(feature = "server", feature = "memcached"))]
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+
+use common::http;
+use serde_json::json;
+use slidegate::config::{Config, Overrides};
+use slidegate::server::{self, App};
+use tokio::sync::oneshot;
+
+/// The real server, built from a configuration as the binary builds it.
+struct Served {
+    addr: SocketAddr,
+    _stop: oneshot::Sender<()>,
+}
+
+/// A configuration from `toml`, as if read from `bounds.toml`.
+fn resolve(toml: &str) -> Result<Config, String> {
+    Config::resolve(
+        Some((Path::new("bounds.toml"), toml)),
+        &Overrides::default(),
+    )
+    .map_err(|error| error.to_string())
+}
+
+async fn serve(toml: &str) -> Served {
+    let config = resolve(toml).expect("a valid configuration");
+    let app = Arc::new(App::from_config(&config).await.expect("the app"));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    tokio::spawn(server::serve(listener, app, async {
+        let _ = stopped.await;
+    }));
+    Served { addr, _stop: stop }
+}
+
+/// `count` limits at precision 1000, each with its own window.
+fn fine_limits(count: usize) -> Vec<serde_json::Value> {
+    (1..=count)
+        .map(|seconds| json!({"limit": 5, "window": format!("{seconds}s"), "precision": 1000}))
+        .collect()
+}
+
+#[tokio::test]
+async fn an_inline_policy_past_max_counters_is_a_400_naming_limits() {
+    let served = serve("").await;
+    // 16 limits at precision 1000: 16,016 counters in one ~1 KB body.
+    let body = json!({"key": "k", "limits": fine_limits(16)});
+    let response = http::post(served.addr, "/v1/check", &body.to_string()).await;
+    assert_eq!(response.status, 400, "{}", response.body);
+    let error = response.error();
+    assert!(error.starts_with("limits: "), "{error}");
+    assert!(
+        error.contains("16016 counters") && error.contains("limits.max_counters = 128"),
+        "{error}"
+    );
+
+    // At the bound: 127 + 1 = 128 counters pass.
+    let at_bound =
+        json!({"key": "k", "limits": [{"limit": 5, "window": "127s", "precision": 127}]});
+    let response = http::post(served.addr, "/v1/check", &at_bound.to_string()).await;
+    assert_eq!(response.status, 200, "{}", response.body);
+
+    // A higher bound, configured, lets the same body through.
+    let served = serve("[limits]\nmax_counters = 16016\n").await;
+    let response = http::post(served.addr, "/v1/peek", &body.to_string()).await;
+    assert_eq!(response.status, 200, "{}", response.body);
+}
+
+#[test]
+fn a_configured_policy_past_max_counters_is_a_config_error_naming_it() {
+    let limits: Vec<String> = (1..=16)
+        .map(|seconds| format!("{{ limit = 5, window = \"{seconds}s\", precision = 1000 }}"))
+        .collect();
+    let toml = format!("[policies.big]\nlimits = [{}]\n", limits.join(", "));
+    let error = resolve(&toml).unwrap_err();
+    assert!(
+        error.starts_with("bounds.toml: policies.big.limits: 16016 counters"),
+        "{error}"
+    );
+    assert!(error.contains("limits.max_counters = 128"), "{error}");
+
+    for bad in ["0", "1", "16017"] {
+        let toml = format!("[limits]\nmax_counters = {bad}\n");
+        let error = resolve(&toml).unwrap_err();
+        assert!(
+            error.starts_with("bounds.toml: limits.max_counters: must be from 2 to 16016"),
+            "{error}"
+        );
+    }
+}
+
+/// `memory.capacity` bounds the counters of failure mode `local` too: with
+/// Memcached down, a flood of distinct keys decided on this process's
+/// counters holds at most that many.
+#[tokio::test]
+async fn local_fallback_counters_stay_within_memory_capacity() {
+    let mut memcached = common::Memcached::start();
+    let toml = format!(
+        "[memcached]\nservers = [\"{}\"]\ntimeout_ms = 2000\n\
+         [failure]\nmode = \"local\"\n[memory]\ncapacity = 256\n\
+         [policies.api]\nlimits = [{{ limit = 5, window = \"1m\" }}]\n",
+        memcached.addr()
+    );
+    let config = resolve(&toml).expect("a valid configuration");
+    let app = App::from_config(&config).await.expect("the app");
+    memcached.kill();
+
+    let limiter = app.limiter();
+    let policy = &config.policies["api"];
+    for index in 0..5_000 {
+        let decision = limiter
+            .check(&format!("flood-{index}"), policy, 1)
+            .await
+            .expect("decided by the local counters");
+        assert_eq!(decision.source, slidegate::Source::Fallback);
+    }
+    let held = limiter.local_counters();
+    println!("local counters after 5,000 distinct keys: {held} (capacity 256)");
+    assert!(held <= 256, "{held} local counters, capacity 256");
+    assert!(held > 0);
+}
+
+/// The process's resident memory, from /proc/self/statm.
+fn rss_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").expect("/proc/self/statm");
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|field| field.parse().ok())
+        .expect("resident pages");
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    pages * u64::try_from(page).unwrap_or(4096)
+}
+
+/// 100,000 distinct keys, each refused by the store once with the largest
+/// policy allowed (128 counters: one limit at precision 127), so each is
+/// remembered by the near-cache: the near-cache is bounded in bytes, and
+/// the process stays under 128 MiB. Meanwhile a check on another key is
+/// still decided by the store within the call timeout.
+/// (`SLIDEGATE_BOUNDS_KEYS=N` changes the number of keys.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_keys_of_the_largest_policy_keep_rss_bounded() {
+    use slidegate::{Limit, Limiter, MemoryStore, Policy, Source};
+
+    let keys: usize = std::env::var("SLIDEGATE_BOUNDS_KEYS")
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .unwrap_or(100_000);
+    let limiter = Arc::new(
+        Limiter::builder(MemoryStore::new())
+            .timeout(std::time::Duration::from_secs(2))
+            .build(),
+    );
+    let largest = Policy::inline(vec![Limit::new(1, 127_000, 127).unwrap()]).unwrap();
+    assert_eq!(largest.counters(), 128);
+    let before = rss_bytes();
+
+    let flood = |part: usize| {
+        let (limiter, policy) = (limiter.clone(), largest.clone());
+        tokio::spawn(async move {
+            for index in (part..keys).step_by(2) {
+                let key = format!("flood-{index}");
+                assert!(limiter.check(&key, &policy, 1).await.unwrap().allowed);
+                let refused = limiter.check(&key, &policy, 1).await.unwrap();
+                assert_eq!((refused.allowed, refused.source), (false, Source::Store));
+                // Let the prober in, as a server's other connections would be.
+                if index % 64 < 2 {
+                    tokio::task::yield_now().await;
+                }
+            }
+        })
+    };
+    let floods = [flood(0), flood(1)];
+    let other = Policy::inline(vec![Limit::new(1_000_000, 60_000, 1).unwrap()]).unwrap();
+    let mut probes = 0;
+    let mut slowest = std::time::Duration::ZERO;
+    while floods.iter().any(|flood| !flood.is_finished()) {
+        let started = std::time::Instant::now();
+        let decision = limiter.check("another-key", &other, 1).await.unwrap();
+        slowest = slowest.max(started.elapsed());
+        assert_eq!(
+            decision.source,
+            Source::Store,
+            "decided within the call timeout"
+        );
+        probes += 1;
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    for flood in floods {
+        flood.await.unwrap();
+    }
+    let after = rss_bytes();
+    let mib = |bytes: u64| bytes as f64 / (1024.0 * 1024.0);
+    println!(
+        "{keys} refused keys of 128 counters: RSS {:.1} MiB (before {:.1} MiB), near-cache {} entries, {:.1} MiB by weight; {probes} checks of another key meanwhile, slowest {slowest:?}",
+        mib(after),
+        mib(before),
+        limiter.near_cache_len(),
+        mib(limiter.near_cache_bytes()),
+    );
+    assert!(
+        limiter.near_cache_bytes() <= slidegate::near_cache::DEFAULT_MAX_BYTES,
+        "near-cache within near_cache.max_bytes"
+    );
+    assert!(after < 128 * 1024 * 1024, "RSS {:.1} MiB", mib(after));
+    assert!(probes > 0);
+}
