@@ -159,3 +159,84 @@ async fn wait_for(what: &str, done: impl Fn() -> bool) {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
 }
+
+/// `/readyz` with two nodes: ready while either answers, naming the one
+/// that does not; 503 only once neither does. A lost node costs only its
+/// own keys, so it must not take every replica out of the load balancer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_names_a_lost_node_and_stays_ready_while_another_answers() {
+    use slidegate::AnyStore;
+    use slidegate::config::AuthConfig;
+    use slidegate::server::{self, App};
+
+    let mut nodes: Vec<Memcached> = (0..2).map(|_| Memcached::start()).collect();
+    let options = common::memcached_options(nodes.iter().map(Memcached::addr).collect());
+    let store = MemcachedStore::connect(&options).await.unwrap();
+    let limiter = Limiter::builder(AnyStore::Memcached(store))
+        .timeout(Duration::from_secs(2))
+        .build();
+    let app = Arc::new(App::new(limiter, Vec::new(), AuthConfig::default()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let served = tokio::spawn(server::serve(listener, app, async {
+        let _ = stopped.await;
+    }));
+    let state_of = |body: &serde_json::Value, node: &str| {
+        body["nodes"]
+            .as_array()
+            .and_then(|nodes| nodes.iter().find(|entry| entry["node"] == node))
+            .map(|entry| entry["state"].as_str().unwrap_or_default().to_owned())
+    };
+    let (first, second) = (nodes[0].addr(), nodes[1].addr());
+
+    let ready = readyz_until(addr, "both nodes up", |status, body| {
+        status == 200 && state_of(body, &second).as_deref() == Some("up")
+    })
+    .await;
+    assert_eq!(state_of(&ready, &first).as_deref(), Some("up"));
+
+    nodes[1].kill();
+    let body = readyz_until(addr, "the lost node named down", |_, body| {
+        state_of(body, &second).as_deref() == Some("down")
+    })
+    .await;
+    assert_eq!(
+        body["status"], "ready",
+        "one node of two still answers: {body}"
+    );
+    assert_eq!(state_of(&body, &first).as_deref(), Some("up"));
+
+    nodes[0].kill();
+    let body = readyz_until(addr, "unready with no node", |status, _| status == 503).await;
+    assert_eq!(body["status"], "unavailable");
+    assert_eq!(state_of(&body, &first).as_deref(), Some("down"));
+    assert_eq!(state_of(&body, &second).as_deref(), Some("down"));
+    let _ = stop.send(());
+    served.await.unwrap().unwrap();
+}
+
+/// `/readyz` polled until its status and body satisfy `done` (at most
+/// 10 s); its body then. The status is checked with the body: a 200 that
+/// says "ready" and names the nodes.
+async fn readyz_until(
+    addr: std::net::SocketAddr,
+    what: &str,
+    done: impl Fn(u16, &serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let response = common::http::get(addr, "/readyz").await;
+        let body = response.json();
+        if done(response.status, &body) {
+            let ready = body["status"] == "ready";
+            assert_eq!(response.status == 200, ready, "{body}");
+            return body;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not within 10 s; last {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
