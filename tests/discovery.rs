@@ -364,3 +364,101 @@ async fn engines_before_1_4_14_are_asked_with_get() {
     wait_for_version(&store, 3).await;
     store.ping().await.unwrap();
 }
+
+/// ElastiCache replaces a node: same host name (so the same share of keys),
+/// a new IP, a higher config version. Its keys are decided by the store
+/// again within a discovery interval or so, at the new address; the other
+/// node keeps its connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaced_node_is_followed_to_its_new_address() {
+    let mut old = Memcached::start();
+    let other = Memcached::start();
+    let endpoint = Endpoint::start(None).await;
+    endpoint.serve(1, &[&old, &other]);
+    let store = Arc::new(
+        MemcachedStore::connect(&options(&endpoint.addr))
+            .await
+            .unwrap(),
+    );
+    wait_for_version(&store, 1).await;
+    let limiter = Limiter::builder(store.clone())
+        .timeout(Duration::from_secs(2))
+        .build();
+    let policy = roomy();
+    let replaced_name = format!("node-{}.cache.local:{}", old.port, old.port);
+    let key = (0..1_000)
+        .map(|index| format!("client-{index}"))
+        .find(|key| node_of(&store, key) == replaced_name)
+        .expect("a key on the node to be replaced");
+    assert_eq!(
+        limiter.check(&key, &policy, 1).await.unwrap().source,
+        Source::Store
+    );
+
+    // The replacement answers on another loopback address, same port: the
+    // same `host:port` name, a new IP.
+    old.kill();
+    let replacement = Memcached::start();
+    let new_ip = "127.0.0.2";
+    let forwarder = TcpListener::bind((new_ip, old.port)).await.unwrap();
+    let upstream = replacement.addr();
+    let forwarding = tokio::spawn(async move {
+        while let Ok((mut client, _)) = forwarder.accept().await {
+            let upstream = upstream.clone();
+            tokio::spawn(async move {
+                if let Ok(mut server) = tokio::net::TcpStream::connect(upstream).await {
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                }
+            });
+        }
+    });
+    let patient_fallback = limiter.check(&key, &policy, 1).await.unwrap();
+    assert_eq!(
+        patient_fallback.source,
+        Source::Fallback,
+        "the old address is dead"
+    );
+
+    {
+        let mut served = endpoint.served.lock().unwrap();
+        served.version = 2;
+        served.nodes[0] = format!("node-{0}.cache.local|{new_ip}|{0}", old.port);
+    }
+    let replaced_at = Instant::now();
+    let deadline = replaced_at + Duration::from_secs(10);
+    loop {
+        let decision = limiter.check(&key, &policy, 1).await.unwrap();
+        if decision.source == Source::Store {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the replaced node was never followed: {:?}",
+            store.topology()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let followed_in = replaced_at.elapsed();
+    let topology = store.topology();
+    println!(
+        "a replaced node decided its keys again {followed_in:?} after the new config was served \
+         (discovery interval {POLL:?}): {topology:?}"
+    );
+    assert_eq!(topology.version, Some(2));
+    let replaced = &topology.nodes[0];
+    assert_eq!(
+        replaced.name, replaced_name,
+        "the same name keeps the same keys"
+    );
+    assert_eq!(replaced.addr, format!("{new_ip}:{}", old.port));
+    assert!(replaced.redials.contains(&("moved", 2)), "{replaced:?}");
+    assert_eq!(node_of(&store, &key), replaced_name);
+    assert!(
+        topology.nodes[1]
+            .redials
+            .iter()
+            .all(|&(_, count)| count == 0),
+        "the other node kept its connections: {topology:?}"
+    );
+    forwarding.abort();
+}
