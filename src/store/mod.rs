@@ -242,7 +242,7 @@ impl<S: Store> Store for std::sync::Arc<S> {
 
 /// A store failure. Being over a limit is never an error; this is only the
 /// store not answering as it should.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("no answer within {0} ms")]
     Timeout(u64),

@@ -472,13 +472,75 @@ impl Store for MemcachedStore {
             .node_of(counters)?
             .call(commands, Delivery::Always)
             .await?;
-        replies
+        replies.iter().map(subtracted).collect()
+    }
+
+    /// Every key's rollback, grouped by node: one exchange per node carries
+    /// all of its subtractions, however many keys a refused request had.
+    async fn subtract_many<'a>(
+        &'a self,
+        takes: &'a [(&'a [CounterKey], u64)],
+        _now_ms: u64,
+    ) -> Vec<Result<Vec<Option<u64>>, StoreError>> {
+        let mut results: Vec<Option<Result<Vec<Option<u64>>, StoreError>>> =
+            takes.iter().map(|_| None).collect();
+        // (node, the takes it carries, in order)
+        let mut groups: Vec<(Arc<Node>, Vec<usize>)> = Vec::new();
+        for (at, &(counters, _)) in takes.iter().enumerate() {
+            if counters.is_empty() {
+                results[at] = Some(Ok(Vec::new()));
+                continue;
+            }
+            match self.node_of(counters) {
+                Ok(node) => match groups
+                    .iter_mut()
+                    .find(|(known, _)| Arc::ptr_eq(known, &node))
+                {
+                    Some((_, members)) => members.push(at),
+                    None => groups.push((node, vec![at])),
+                },
+                Err(error) => results[at] = Some(Err(error)),
+            }
+        }
+        let calls = groups
             .iter()
-            .map(|reply| match reply {
-                Reply::Value(value) => Ok(Some(*value)),
-                Reply::Missing => Ok(None),
-                other => Err(failed(other)),
+            .map(|(node, members)| {
+                let commands: Commands = members
+                    .iter()
+                    .flat_map(|&at| {
+                        let (counters, amount) = takes[at];
+                        counters
+                            .iter()
+                            .map(move |&counter| Command::Subtract { counter, amount })
+                    })
+                    .collect();
+                // Sent even if the caller stops waiting, like every rollback.
+                node.call(commands, Delivery::Always)
             })
+            .collect();
+        let answers = crate::join::join_all(calls).await;
+        for ((_, members), answer) in groups.iter().zip(answers) {
+            let mut replies = answer.as_ref().map(|replies| replies.iter());
+            for &at in members {
+                let wanted = takes[at].0.len();
+                results[at] = Some(match &mut replies {
+                    Ok(replies) => replies
+                        .by_ref()
+                        .take(wanted)
+                        .map(subtracted)
+                        .collect::<Result<Vec<_>, _>>()
+                        .and_then(|values| {
+                            (values.len() == wanted)
+                                .then_some(values)
+                                .ok_or_else(|| unexpected("answers missing from a rollback"))
+                        }),
+                    Err(error) => Err(error.clone()),
+                });
+            }
+        }
+        results
+            .into_iter()
+            .map(|result| result.unwrap_or_else(|| Err(unexpected("a rollback was not sent"))))
             .collect()
     }
 
@@ -548,6 +610,16 @@ impl Store for MemcachedStore {
 
     fn kind(&self) -> &'static str {
         "memcached"
+    }
+}
+
+/// A subtraction's answer: the value after, or `None` for a counter that
+/// no longer exists.
+fn subtracted(reply: &Reply) -> Result<Option<u64>, StoreError> {
+    match reply {
+        Reply::Value(value) => Ok(Some(*value)),
+        Reply::Missing => Ok(None),
+        other => Err(failed(other)),
     }
 }
 
