@@ -32,6 +32,8 @@ mod boundary;
 mod counters;
 // What a check answers.
 mod decision;
+// Concurrent checks of one key sharing one store exchange.
+mod coalesce;
 
 use boundary::Crossing;
 pub(crate) use counters::Counts;
@@ -101,6 +103,9 @@ pub struct Limiter<S> {
     local: MemoryStore,
     metrics: Metrics,
     store_healthy: AtomicBool,
+    /// Same-key checks in flight together share an exchange; `None` when
+    /// coalescing is off.
+    coalescer: Option<coalesce::Coalescer>,
 }
 
 /// Settings of a [`Limiter`]; start from [`Limiter::builder`].
@@ -113,6 +118,7 @@ pub struct LimiterBuilder<S> {
     failure_mode: FailureMode,
     max_counters: usize,
     local_capacity: usize,
+    coalesce: bool,
 }
 
 impl<S: Store> LimiterBuilder<S> {
@@ -161,6 +167,14 @@ impl<S: Store> LimiterBuilder<S> {
         self
     }
 
+    /// Whether concurrent checks of one key and policy share one store
+    /// exchange (on by default; see the `coalesce` module): exact either
+    /// way, and a hot key costs a fraction of an exchange per check.
+    pub fn coalesce(mut self, coalesce: bool) -> Self {
+        self.coalesce = coalesce;
+        self
+    }
+
     pub fn build(self) -> Limiter<S> {
         Limiter {
             store: self.store,
@@ -172,6 +186,7 @@ impl<S: Store> LimiterBuilder<S> {
             local: MemoryStore::with_capacity(self.local_capacity),
             metrics: Metrics::default(),
             store_healthy: AtomicBool::new(true),
+            coalescer: self.coalesce.then(coalesce::Coalescer::default),
         }
     }
 }
@@ -187,6 +202,7 @@ impl<S: Store> Limiter<S> {
             failure_mode: FailureMode::default(),
             max_counters: DEFAULT_MAX_COUNTERS,
             local_capacity: DEFAULT_MEMORY_CAPACITY,
+            coalesce: true,
         }
     }
 
@@ -305,6 +321,13 @@ impl<S: Store> Limiter<S> {
                 }
             }
 
+            if attempt == 1
+                && let Some(coalescer) = &self.coalescer
+            {
+                return self
+                    .decide_together(coalescer, digest, near_key, policy, cost, counting, now_ms)
+                    .await;
+            }
             let layouts: Vec<Layout> = policy
                 .limits()
                 .iter()

@@ -136,6 +136,7 @@ pub struct Metrics {
     store_errors: Family<KindLabels, Counter>,
     store_errors_by_kind: [Counter; 4],
     rollback_failures: Counter,
+    coalesced_checks: Counter,
     near_cache_hits: Counter,
     near_cache_entries: Gauge,
     // Decisions by source, for `MetricsSnapshot` (tests and embedders).
@@ -164,6 +165,7 @@ impl Default for Metrics {
             store_errors,
             store_errors_by_kind,
             rollback_failures: Counter::default(),
+            coalesced_checks: Counter::default(),
             near_cache_hits: Counter::default(),
             near_cache_entries: Gauge::default(),
             allowed: Default::default(),
@@ -185,6 +187,9 @@ pub struct MetricsSnapshot {
     /// Rejected requests whose increment could not be taken back: their
     /// cost stays counted until the bucket expires.
     pub rollback_failures: u64,
+    /// Checks that gathered behind another of their key and shared its
+    /// batch's exchange instead of one of their own.
+    pub coalesced_checks: u64,
 }
 
 impl MetricsSnapshot {
@@ -228,6 +233,11 @@ impl Metrics {
             "slidegate_rollback_failures",
             "Rejected requests whose increment could not be taken back",
             self.rollback_failures.clone(),
+        );
+        registry.register(
+            "slidegate_coalesced_checks",
+            "Checks that shared one store exchange with others of their key and policy",
+            self.coalesced_checks.clone(),
         );
         registry.register(
             "slidegate_near_cache_hits",
@@ -330,6 +340,10 @@ impl Metrics {
         self.rollback_failures.inc();
     }
 
+    pub(crate) fn coalesced(&self) {
+        self.coalesced_checks.inc();
+    }
+
     pub(crate) fn set_near_cache_entries(&self, entries: u64) {
         self.near_cache_entries
             .set(i64::try_from(entries).unwrap_or(i64::MAX));
@@ -343,6 +357,7 @@ impl Metrics {
             store_calls: self.store_calls.get(),
             store_errors: self.store_errors_by_kind.iter().map(Counter::get).sum(),
             rollback_failures: self.rollback_failures.get(),
+            coalesced_checks: self.coalesced_checks.get(),
         }
     }
 }

@@ -153,7 +153,7 @@ pub fn slide(counts: &[u64], from: u64, to: u64) -> Option<Vec<u64>> {
 
 /// Whether a request is counted: a check counts only admitted requests, a
 /// peek never counts, a report always does.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Counting {
     IfAdmitted,
     Never,

@@ -155,6 +155,22 @@ async fn an_endless_stall_answers_in_time_with_bounded_connections_and_memory() 
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     let rss_after_warm_up = rss_kib();
+    // How late the runtime itself wakes a timer on this machine right now:
+    // a check may be that much later than its timeout without waiting on
+    // the store. On an idle machine it is about a millisecond.
+    let probing = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let lateness = tokio::spawn({
+        let probing = probing.clone();
+        async move {
+            let mut latest = Duration::ZERO;
+            while probing.load(std::sync::atomic::Ordering::Relaxed) {
+                let asked = Instant::now();
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                latest = latest.max(asked.elapsed().saturating_sub(Duration::from_millis(2)));
+            }
+            latest
+        }
+    });
     let started = Instant::now();
     let callers: Vec<_> = (0..CALLERS)
         .map(|caller| {
@@ -184,19 +200,21 @@ async fn an_endless_stall_answers_in_time_with_bounded_connections_and_memory() 
         slowest = slowest.max(caller_slowest);
         fallbacks += caller_fallbacks;
     }
+    probing.store(false, std::sync::atomic::Ordering::Relaxed);
+    let scheduling = lateness.await.unwrap();
     let rss_at_end = rss_kib();
     let checks = CALLERS * CHECKS_EACH;
     println!(
         "{checks} checks over {:?} of endless stall: {fallbacks} fell back, slowest {slowest:?}, \
          at most {} connections open, RSS {rss_after_warm_up} KiB before and {rss_at_end} KiB \
-         after; store {:?}",
+         after; timers woke up to {scheduling:?} late; store {:?}",
         started.elapsed(),
         proxy.most_open_connections(),
         store.topology().nodes[0],
     );
     assert!(
-        slowest <= TIMEOUT + Duration::from_millis(10),
-        "slowest check took {slowest:?}"
+        slowest <= TIMEOUT + Duration::from_millis(10) + scheduling,
+        "slowest check took {slowest:?} (timers woke up to {scheduling:?} late)"
     );
     assert!(
         proxy.most_open_connections() <= 2 * CONNECTIONS,

@@ -141,6 +141,10 @@ pub trait Store: Send + Sync + 'static {
     /// Take `amount` back from each counter, saturating at 0: the rollback of
     /// an addition that turned out to be over the limit. Returns each value
     /// after, `None` for a counter that no longer exists.
+    ///
+    /// The subtraction starts on the future's first poll and completes
+    /// even if the future is then dropped: a rollback must happen whoever
+    /// waits for it (the limiter relies on this when a caller gives up).
     fn subtract(
         &self,
         counters: &[CounterKey],

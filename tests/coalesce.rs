@@ -1,0 +1,247 @@
+//! Same-key coalescing against a real memcached: concurrent checks of one
+//! key share exchanges, stay exact across instances, and answer more
+//! exactly than separate exchanges would (each refused check's wait comes
+//! from the checks admitted before it, not from every concurrent addition).
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::Memcached;
+use common::proxy::CountingProxy;
+use slidegate::window::{self, Counting};
+use slidegate::{Clock, Limit, Limiter, ManualClock, MemcachedStore, Policy, Source};
+
+const HOUR: u64 = 3_600_000;
+
+async fn store(addr: String) -> Arc<MemcachedStore> {
+    Arc::new(
+        MemcachedStore::connect(&common::memcached_options(vec![addr]))
+            .await
+            .unwrap(),
+    )
+}
+
+fn limiter(
+    store: Arc<MemcachedStore>,
+    clock: &ManualClock,
+    coalesce: bool,
+) -> Arc<Limiter<Arc<MemcachedStore>>> {
+    Arc::new(
+        Limiter::builder(store)
+            .clock(clock.clone())
+            .timeout(Duration::from_secs(5))
+            .coalesce(coalesce)
+            .build(),
+    )
+}
+
+/// 256 tasks check one key whose limit (10 an hour) is already reached.
+/// Every refusal's `retry_after_ms` is the exact wait from what the store
+/// holds (10), whatever else was in flight. Without coalescing, each check
+/// reads the counter with the other concurrent additions in it and most
+/// answer a longer wait.
+async fn refused_waits_are_exact(coalesce: bool) -> (usize, usize) {
+    let memcached = Memcached::start();
+    let proxy = CountingProxy::start(memcached.addr()).await;
+    let clock = ManualClock::new(common::today_ms() + 5 * 60_000);
+    let limiter = limiter(store(proxy.addr.clone()).await, &clock, coalesce);
+    let policy = Arc::new(Policy::new("hourly", vec![Limit::new(10, HOUR, 1).unwrap()]).unwrap());
+    for _ in 0..10 {
+        assert!(limiter.check("tenant", &policy, 1).await.unwrap().allowed);
+    }
+    let exact = window::decide(
+        policy.limits(),
+        &[[0, 10]],
+        clock.now_ms(),
+        1,
+        Counting::IfAdmitted,
+    )
+    .retry_after_ms
+    .unwrap();
+    // The first exchange is held until every task has arrived, so all 256
+    // are in flight together, whatever the machine's scheduling.
+    proxy.hold();
+    let tasks: Vec<_> = (0..256)
+        .map(|_| {
+            let (limiter, policy) = (limiter.clone(), policy.clone());
+            tokio::spawn(async move { limiter.check("tenant", &policy, 1).await.unwrap() })
+        })
+        .collect();
+    proxy.holding_a_request().await;
+    let all_arrived = std::time::Instant::now();
+    while coalesce && limiter.metrics().coalesced_checks < 255 {
+        assert!(
+            all_arrived.elapsed() < Duration::from_secs(10),
+            "the checks never gathered"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    proxy.release();
+    let mut inexact = 0;
+    let mut by_store = 0;
+    for task in tasks {
+        let decision = task.await.unwrap();
+        assert!(!decision.allowed);
+        by_store += usize::from(decision.source == Source::Store);
+        if decision.retry_after_ms != Some(exact) {
+            inexact += 1;
+        }
+    }
+    println!(
+        "coalesce {coalesce}: {inexact} of 256 refusals with a wait other than the exact {exact} ms; \
+         {by_store} decided by the store, coalesced {}",
+        limiter.metrics().coalesced_checks
+    );
+    (inexact, by_store)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_refusal_of_a_hot_key_waits_exactly() {
+    let (inexact, _) = refused_waits_are_exact(true).await;
+    assert_eq!(inexact, 0);
+}
+
+/// The same without coalescing shows what the test guards: the checks in
+/// flight together each read the others' additions, and overstate the wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_coalescing_concurrent_refusals_overstate_the_wait() {
+    let (inexact, by_store) = refused_waits_are_exact(false).await;
+    assert!(inexact > 200, "{inexact} of {by_store}");
+}
+
+/// A two-limit policy (3 a second, 100 an hour) on a hot key: once the
+/// short limit frees up (the next second), a check is admitted when the
+/// store would admit it: the near-cache must not remember counts inflated
+/// by refused checks that were being taken back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_freed_short_limit_admits_at_once() {
+    let memcached = Memcached::start();
+    let clock = ManualClock::new(common::today_ms() + 7 * 60_000 + 999);
+    let limiter = limiter(store(memcached.addr()).await, &clock, true);
+    let policy = Arc::new(
+        Policy::new(
+            "tiered",
+            vec![
+                Limit::new(3, 1_000, 1).unwrap(),
+                Limit::new(100, HOUR, 1).unwrap(),
+            ],
+        )
+        .unwrap(),
+    );
+    let tasks: Vec<_> = (0..64)
+        .map(|_| {
+            let (limiter, policy) = (limiter.clone(), policy.clone());
+            tokio::spawn(async move { limiter.check("tenant", &policy, 1).await.unwrap() })
+        })
+        .collect();
+    let mut admitted = 0;
+    for task in tasks {
+        admitted += usize::from(task.await.unwrap().allowed);
+    }
+    assert_eq!(admitted, 3);
+    // The short limit's second ends; the 3 counted weigh (1 - f) in the
+    // next one: at f = 0.5, 1.5 + 1 <= 3 admits.
+    clock.advance(Duration::from_millis(501));
+    let decision = limiter.check("tenant", &policy, 1).await.unwrap();
+    assert!(decision.allowed, "{decision:?}");
+    assert_eq!(decision.source, Source::Store);
+}
+
+/// 8 limiters, each with its own connections, 256 tasks on ONE key with
+/// mixed costs under two limits, at one instant: the admitted costs are
+/// exactly what the formula allows, checked against a replay of the same
+/// arrivals in the order the store applied them, and hot admitted checks
+/// cost a fraction of a memcached command each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_instances_on_one_hot_key_admit_exactly_the_formula() {
+    let memcached = Memcached::start();
+    let proxy = CountingProxy::start(memcached.addr()).await;
+    let clock = ManualClock::new(common::today_ms() + 11 * 60_000 + 250);
+    let limits = vec![
+        Limit::new(300, 1_000, 1).unwrap(),
+        Limit::new(400, 60_000, 10).unwrap(),
+    ];
+    let policy = Arc::new(Policy::new("mixed", limits).unwrap());
+    // One namespace: 8 instances sharing the counters, each with its own
+    // connections.
+    let options = common::memcached_options(vec![proxy.addr.clone()]);
+    let mut limiters = Vec::new();
+    for _ in 0..8 {
+        let store = Arc::new(MemcachedStore::connect(&options).await.unwrap());
+        limiters.push(limiter(store, &clock, true));
+    }
+    let commands_before = memcached.item_commands();
+    let tasks: Vec<_> = (0..256)
+        .map(|index| {
+            let (limiter, policy) = (limiters[index % 8].clone(), policy.clone());
+            let cost = 1 + (index as u64 * 7) % 4;
+            tokio::spawn(async move { (cost, limiter.check("hot", &policy, cost).await.unwrap()) })
+        })
+        .collect();
+    let mut decisions = Vec::new();
+    for task in tasks {
+        decisions.push(task.await.unwrap());
+    }
+    let commands = memcached.item_commands() - commands_before;
+    // What each check saw before itself: its estimate less its own cost
+    // when counted (one instant, nothing in older buckets: the estimate is
+    // the current count, the same for both limits).
+    let mut seen: Vec<(u64, u64, bool)> = decisions
+        .iter()
+        .map(|(cost, decision)| {
+            let estimate = decision.limits[0].estimate.as_f64() as u64;
+            assert_eq!(estimate, decision.limits[1].estimate.as_f64() as u64);
+            let before = if decision.counted {
+                estimate - cost
+            } else {
+                estimate
+            };
+            (before, *cost, decision.allowed)
+        })
+        .collect();
+    // The store applied them in the order of what they saw; among checks
+    // that saw the same count, the admitted one went first.
+    seen.sort_by_key(|&(before, _, allowed)| (before, !allowed));
+    let mut running = 0;
+    for &(before, cost, allowed) in &seen {
+        let fits = running + cost <= 300;
+        if allowed {
+            assert_eq!(
+                before, running,
+                "an admitted check saw another count than the replay"
+            );
+            assert!(fits);
+            running += cost;
+        } else {
+            assert!(
+                before >= running,
+                "a refused check saw fewer than were admitted"
+            );
+            assert!(
+                before + cost > 300,
+                "refused at {before} with cost {cost}: the formula admits it"
+            );
+        }
+    }
+    let admitted: u64 = decisions
+        .iter()
+        .filter(|(_, d)| d.allowed)
+        .map(|(cost, _)| cost)
+        .sum();
+    let total: u64 = decisions.iter().map(|(cost, _)| cost).sum();
+    let coalesced: u64 = limiters
+        .iter()
+        .map(|limiter| limiter.metrics().coalesced_checks)
+        .sum();
+    println!(
+        "256 checks (costs 1-4, {total} in all) on one key from 8 instances: {admitted} admitted \
+         of a limit of 300; {commands} memcached commands ({:.2} per check), {} round trips, \
+         {coalesced} checks coalesced",
+        commands as f64 / 256.0,
+        proxy.round_trips()
+    );
+    assert!(admitted <= 300 && admitted > 300 - 4, "{admitted}");
+}
