@@ -9,7 +9,7 @@
 //! rejects of that key cost none.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use crate::clock::{Clock, SystemClock};
@@ -32,17 +32,20 @@ mod boundary;
 mod counters;
 // What a check answers.
 mod decision;
+// One deadline for all of a check's store calls.
+mod deadline;
 
 use boundary::Crossing;
 pub(crate) use counters::Counts;
 use counters::{Layout, layout};
+use deadline::Deadline;
 use decision::validate;
 pub use decision::{CheckError, Decision, Source};
 pub use together::Item;
 
 /// The longest key accepted, in bytes.
 pub const MAX_KEY_BYTES: usize = 1024;
-/// The store timeout when none is configured.
+/// A check's deadline for its store work when none is configured.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
 /// Near-cache capacity (keys) when none is configured.
 pub const DEFAULT_NEAR_CACHE_CAPACITY: u64 = 100_000;
@@ -134,7 +137,8 @@ impl<S: Store> LimiterBuilder<S> {
         self
     }
 
-    /// How long to wait for the store before the failure mode decides.
+    /// How long a check may wait for the store, all its calls together (one
+    /// deadline from its start), before the failure mode decides.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
@@ -233,7 +237,8 @@ impl<S: Store> Limiter<S> {
 
     /// Whether the store answers within the timeout (any node of it).
     pub async fn ready(&self) -> Result<(), StoreError> {
-        self.timed(self.store.ping()).await
+        self.timed(Deadline::after(self.timeout), self.store.ping())
+            .await
     }
 
     /// [`ready`](Self::ready), with each node's state: what `/readyz`
@@ -280,6 +285,7 @@ impl<S: Store> Limiter<S> {
         mut counting: Counting,
     ) -> Result<Decision, CheckError> {
         validate(key, policy, cost, self.max_counters)?;
+        let deadline = Deadline::after(self.timeout);
         // A check that can never pass must not be counted, even for the
         // instant before its rollback: answer it as a peek.
         if counting == Counting::IfAdmitted && cost > policy.max_cost() {
@@ -311,7 +317,7 @@ impl<S: Store> Limiter<S> {
                 .map(|limit| layout(digest, limit, now_ms))
                 .collect();
             let batch = counters::batch(&layouts, cost, counting, now_ms);
-            let counts = match self.timed(self.store.read_and_add(&batch)).await {
+            let counts = match self.timed(deadline, self.store.read_and_add(&batch)).await {
                 Ok(found) => counters::counts_before(&layouts, &batch, found),
                 Err(error) => {
                     return self
@@ -325,7 +331,7 @@ impl<S: Store> Limiter<S> {
                 let after_rollback = if batch.adds.is_empty() {
                     None
                 } else {
-                    self.roll_back(&batch.adds, cost, now_ms).await
+                    self.roll_back(deadline, &batch.adds, cost, now_ms).await
                 };
                 self.remember(near_key, policy, &counts, after_rollback, cost, now_ms);
             } else if counting == Counting::IfAdmitted
@@ -345,13 +351,13 @@ impl<S: Store> Limiter<S> {
                     }
                     Crossing::Refused(error) => {
                         self.metrics.store_error(&error);
-                        self.roll_back(&batch.adds, cost, now_ms).await;
+                        self.roll_back(deadline, &batch.adds, cost, now_ms).await;
                         return self
                             .fall_back(error, policy, &layouts, &batch, counting, now_ms)
                             .await;
                     }
                     Crossing::Retry => {
-                        self.roll_back(&batch.adds, cost, now_ms).await;
+                        self.roll_back(deadline, &batch.adds, cost, now_ms).await;
                         now_ms = self.clock.now_ms();
                         attempt += 1;
                         continue;
@@ -363,17 +369,19 @@ impl<S: Store> Limiter<S> {
     }
 
     /// Take back a rejected request's increments. Returns each current
-    /// counter's value after, when known. The increment is never retried:
-    /// if this fails, the cost stays counted until the bucket expires, which
-    /// errs on the side of rejecting.
+    /// counter's value after, when known. Sent however little of the
+    /// check's time is left, and waited for only until its deadline. The
+    /// increment is never retried: if this fails, the cost stays counted
+    /// until the bucket expires, which errs on the side of rejecting.
     async fn roll_back(
         &self,
+        deadline: Deadline,
         currents: &[CounterKey],
         cost: u64,
         now_ms: u64,
     ) -> Option<Vec<Option<u64>>> {
         match self
-            .timed(self.store.subtract(currents, cost, now_ms))
+            .timed_sent(deadline, self.store.subtract(currents, cost, now_ms))
             .await
         {
             Ok(values) => Some(values),
@@ -490,36 +498,5 @@ impl<S: Store> Limiter<S> {
     fn done(&self, decision: Decision) -> Decision {
         self.metrics.decision(decision.source, decision.allowed);
         decision
-    }
-
-    /// A store call under the timeout, with its outcome recorded. Logs only
-    /// when the store's health changes, so an outage under load is one line,
-    /// not one per request.
-    async fn timed<T>(
-        &self,
-        call: impl Future<Output = Result<T, StoreError>>,
-    ) -> Result<T, StoreError> {
-        let started = Instant::now();
-        let result = match tokio::time::timeout(self.timeout, call).await {
-            Ok(result) => result,
-            Err(_) => Err(StoreError::Timeout(self.timeout.as_millis() as u64)),
-        };
-        self.metrics
-            .store_call(started.elapsed(), result.as_ref().err());
-        match &result {
-            Ok(_) => {
-                if !self.store_healthy.swap(true, Ordering::Relaxed) {
-                    tracing::info!(store = self.store.kind(), "store answers again");
-                }
-            }
-            Err(error) => {
-                if self.store_healthy.swap(false, Ordering::Relaxed) {
-                    tracing::warn!(store = self.store.kind(), %error, mode = ?self.failure_mode, "store failing; the failure mode decides until it answers");
-                } else {
-                    tracing::debug!(store = self.store.kind(), %error, "store call failed");
-                }
-            }
-        }
-        result
     }
 }
