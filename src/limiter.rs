@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use crate::clock::{Clock, SystemClock};
 use crate::metrics::{Metrics, MetricsSnapshot};
-use crate::near_cache::{NearCache, NearKey, Seen};
+use crate::near_cache::{NearCache, NearKey};
 use crate::policy::{DEFAULT_MAX_COUNTERS, Policy};
 use crate::store::{
     BatchCounts, CounterBatch, CounterKey, DEFAULT_MEMORY_CAPACITY, KeyDigest, MemoryStore, Store,
@@ -34,6 +34,10 @@ mod counters;
 mod decision;
 // One deadline for all of a check's store calls.
 mod deadline;
+// When the store fails: the failure mode decides.
+mod failure;
+// Rejected keys' counts kept in the near-cache.
+mod remembered;
 
 use boundary::Crossing;
 pub(crate) use counters::Counts;
@@ -41,6 +45,7 @@ use counters::{Layout, layout};
 use deadline::Deadline;
 use decision::validate;
 pub use decision::{CheckError, Decision, Source};
+pub use failure::FailureMode;
 pub use together::Item;
 
 /// The longest key accepted, in bytes.
@@ -49,18 +54,6 @@ pub const MAX_KEY_BYTES: usize = 1024;
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
 /// Near-cache capacity (keys) when none is configured.
 pub const DEFAULT_NEAR_CACHE_CAPACITY: u64 = 100_000;
-
-/// What to decide when the store fails or times out.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum FailureMode {
-    /// Admit (fail open): an outage of the store is not an outage of the API.
-    #[default]
-    Allow,
-    /// Refuse (fail closed): [`CheckError::StoreUnavailable`].
-    Deny,
-    /// Decide with counters in this process until the store is back.
-    Local,
-}
 
 /// Decides requests against policies, with counters in a [`Store`].
 /// Cheap to share: wrap it in an `Arc`.
@@ -389,108 +382,6 @@ impl<S: Store> Limiter<S> {
                 self.metrics.rollback_failure();
                 tracing::warn!(%error, cost, "could not take back a rejected request's increment");
                 None
-            }
-        }
-    }
-
-    /// Remember a rejected key's counts in the near-cache, as lower bounds.
-    ///
-    /// A current count read by an increment can include increments of
-    /// concurrent requests that are themselves being rejected and rolled
-    /// back. Two bounds remove that excess: the value left after our own
-    /// rollback (others may have rolled back by then), and the ceiling, the
-    /// most that admitted requests can have left in the current bucket given
-    /// the older ones.
-    fn remember(
-        &self,
-        near_key: NearKey,
-        policy: &Policy,
-        counts: &[Counts],
-        after_rollback: Option<Vec<Option<u64>>>,
-        cost: u64,
-        now_ms: u64,
-    ) {
-        let lower_bounds: Vec<Vec<u64>> = policy
-            .limits()
-            .iter()
-            .zip(counts)
-            .enumerate()
-            .map(|(index, (limit, counts))| {
-                let mut bounds = counts.to_vec();
-                let ceiling = window::current_ceiling(*limit, counts, now_ms);
-                let rolled_back = after_rollback
-                    .as_ref()
-                    .and_then(|values| values.get(index).copied().flatten())
-                    .unwrap_or(u64::MAX);
-                if let Some(current) = bounds.last_mut() {
-                    *current = (*current).min(ceiling).min(rolled_back);
-                }
-                bounds
-            })
-            .collect();
-        let verdict = window::decide(
-            policy.limits(),
-            &lower_bounds,
-            now_ms,
-            cost,
-            Counting::Never,
-        );
-        // Remember only what rejects on its own, for as long as it does.
-        let Some(lifetime) = verdict.retry_after_ms.filter(|_| !verdict.allowed) else {
-            return;
-        };
-        let seen = policy
-            .limits()
-            .iter()
-            .zip(lower_bounds)
-            .map(|(limit, counts)| Seen {
-                window: limit.window(),
-                bucket: limit.window().bucket_of(now_ms),
-                counts: counts.into(),
-            });
-        self.near_cache
-            .remember(near_key, seen, Duration::from_millis(lifetime));
-    }
-
-    /// The store failed: the failure mode decides.
-    async fn fall_back(
-        &self,
-        error: StoreError,
-        policy: &Policy,
-        layouts: &[Layout],
-        batch: &CounterBatch,
-        counting: Counting,
-        now_ms: u64,
-    ) -> Result<Decision, CheckError> {
-        let cost = batch.amount;
-        match self.failure_mode {
-            FailureMode::Deny => {
-                self.metrics.decision(Source::Fallback, false);
-                Err(CheckError::StoreUnavailable(error))
-            }
-            FailureMode::Allow => {
-                // Counts are unknown: decide as if empty, which still refuses
-                // a cost no limit could ever admit.
-                let empty: Vec<Vec<u64>> =
-                    layouts.iter().map(|layout| vec![0; layout.len()]).collect();
-                let verdict =
-                    window::decide(policy.limits(), &empty, now_ms, cost, Counting::Never);
-                Ok(self.done(Decision::new(verdict, Source::Fallback)))
-            }
-            FailureMode::Local => {
-                // The in-memory store cannot fail; its calls are not store
-                // round trips, so they bypass `timed`.
-                let found = self
-                    .local
-                    .read_and_add(batch)
-                    .await
-                    .map_err(CheckError::StoreUnavailable)?;
-                let counts = counters::counts_before(layouts, batch, found);
-                let verdict = window::decide(policy.limits(), &counts, now_ms, cost, counting);
-                if !verdict.allowed && !verdict.counted && !batch.adds.is_empty() {
-                    let _ = self.local.subtract(&batch.adds, cost, now_ms).await;
-                }
-                Ok(self.done(Decision::new(verdict, Source::Fallback)))
             }
         }
     }
