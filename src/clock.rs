@@ -13,6 +13,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// Buckets are aligned on the epoch, so every instance sharing a Memcached
 /// must read the same wall clock (NTP-synchronised hosts do); a monotonic
 /// clock would give each process its own buckets.
+///
+/// Wall time places buckets and nothing else: it can be set back between
+/// two readings, so an interval (a timeout, the spacing of probes) is
+/// always measured on the monotonic clock (`Instant`), never as the
+/// difference of two `now_ms` readings.
 pub trait Clock: Send + Sync + 'static {
     fn now_ms(&self) -> u64;
 }

@@ -9,12 +9,12 @@
 //! rejects of that key cost none.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use crate::clock::{Clock, SystemClock};
 use crate::metrics::{Metrics, MetricsSnapshot};
-use crate::near_cache::{NearCache, NearKey, Seen};
+use crate::near_cache::{NearCache, NearKey};
 use crate::policy::{DEFAULT_MAX_COUNTERS, Policy};
 use crate::store::{
     BatchCounts, CounterBatch, CounterKey, DEFAULT_MEMORY_CAPACITY, KeyDigest, MemoryStore, Store,
@@ -34,32 +34,28 @@ mod counters;
 mod decision;
 // Concurrent checks of one key sharing one store exchange.
 mod coalesce;
+// One deadline for all of a check's store calls.
+mod deadline;
+// When the store fails: the failure mode decides.
+mod failure;
+// Rejected keys' counts kept in the near-cache.
+mod remembered;
 
 use boundary::Crossing;
 pub(crate) use counters::Counts;
 use counters::{Layout, layout};
+use deadline::Deadline;
 use decision::validate;
 pub use decision::{CheckError, Decision, Source};
+pub use failure::FailureMode;
 pub use together::Item;
 
 /// The longest key accepted, in bytes.
 pub const MAX_KEY_BYTES: usize = 1024;
-/// The store timeout when none is configured.
+/// A check's deadline for its store work when none is configured.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
 /// Near-cache capacity (keys) when none is configured.
 pub const DEFAULT_NEAR_CACHE_CAPACITY: u64 = 100_000;
-
-/// What to decide when the store fails or times out.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum FailureMode {
-    /// Admit (fail open): an outage of the store is not an outage of the API.
-    #[default]
-    Allow,
-    /// Refuse (fail closed): [`CheckError::StoreUnavailable`].
-    Deny,
-    /// Decide with counters in this process until the store is back.
-    Local,
-}
 
 /// Decides requests against policies, with counters in a [`Store`].
 /// Cheap to share: wrap it in an `Arc`.
@@ -140,7 +136,8 @@ impl<S: Store> LimiterBuilder<S> {
         self
     }
 
-    /// How long to wait for the store before the failure mode decides.
+    /// How long a check may wait for the store, all its calls together (one
+    /// deadline from its start), before the failure mode decides.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
@@ -249,7 +246,8 @@ impl<S: Store> Limiter<S> {
 
     /// Whether the store answers within the timeout (any node of it).
     pub async fn ready(&self) -> Result<(), StoreError> {
-        self.timed(self.store.ping()).await
+        self.timed(Deadline::after(self.timeout), self.store.ping())
+            .await
     }
 
     /// [`ready`](Self::ready), with each node's state: what `/readyz`
@@ -296,6 +294,7 @@ impl<S: Store> Limiter<S> {
         mut counting: Counting,
     ) -> Result<Decision, CheckError> {
         validate(key, policy, cost, self.max_counters)?;
+        let deadline = Deadline::after(self.timeout);
         // A check that can never pass must not be counted, even for the
         // instant before its rollback: answer it as a peek.
         if counting == Counting::IfAdmitted && cost > policy.max_cost() {
@@ -324,9 +323,15 @@ impl<S: Store> Limiter<S> {
             if attempt == 1
                 && let Some(coalescer) = &self.coalescer
             {
-                return self
-                    .decide_together(coalescer, digest, near_key, policy, cost, counting, now_ms)
-                    .await;
+                let arrival = coalesce::Arrival {
+                    digest,
+                    near_key,
+                    cost,
+                    counting,
+                    now_ms,
+                    deadline,
+                };
+                return self.decide_together(coalescer, policy, arrival).await;
             }
             let layouts: Vec<Layout> = policy
                 .limits()
@@ -334,7 +339,7 @@ impl<S: Store> Limiter<S> {
                 .map(|limit| layout(digest, limit, now_ms))
                 .collect();
             let batch = counters::batch(&layouts, cost, counting, now_ms);
-            let counts = match self.timed(self.store.read_and_add(&batch)).await {
+            let counts = match self.timed(deadline, self.store.read_and_add(&batch)).await {
                 Ok(found) => counters::counts_before(&layouts, &batch, found),
                 Err(error) => {
                     return self
@@ -348,7 +353,7 @@ impl<S: Store> Limiter<S> {
                 let after_rollback = if batch.adds.is_empty() {
                     None
                 } else {
-                    self.roll_back(&batch.adds, cost, now_ms).await
+                    self.roll_back(deadline, &batch.adds, cost, now_ms).await
                 };
                 self.remember(near_key, policy, &counts, after_rollback, cost, now_ms);
             } else if counting == Counting::IfAdmitted
@@ -368,13 +373,13 @@ impl<S: Store> Limiter<S> {
                     }
                     Crossing::Refused(error) => {
                         self.metrics.store_error(&error);
-                        self.roll_back(&batch.adds, cost, now_ms).await;
+                        self.roll_back(deadline, &batch.adds, cost, now_ms).await;
                         return self
                             .fall_back(error, policy, &layouts, &batch, counting, now_ms)
                             .await;
                     }
                     Crossing::Retry => {
-                        self.roll_back(&batch.adds, cost, now_ms).await;
+                        self.roll_back(deadline, &batch.adds, cost, now_ms).await;
                         now_ms = self.clock.now_ms();
                         attempt += 1;
                         continue;
@@ -386,17 +391,19 @@ impl<S: Store> Limiter<S> {
     }
 
     /// Take back a rejected request's increments. Returns each current
-    /// counter's value after, when known. The increment is never retried:
-    /// if this fails, the cost stays counted until the bucket expires, which
-    /// errs on the side of rejecting.
+    /// counter's value after, when known. Sent however little of the
+    /// check's time is left, and waited for only until its deadline. The
+    /// increment is never retried: if this fails, the cost stays counted
+    /// until the bucket expires, which errs on the side of rejecting.
     async fn roll_back(
         &self,
+        deadline: Deadline,
         currents: &[CounterKey],
         cost: u64,
         now_ms: u64,
     ) -> Option<Vec<Option<u64>>> {
         match self
-            .timed(self.store.subtract(currents, cost, now_ms))
+            .timed_sent(deadline, self.store.subtract(currents, cost, now_ms))
             .await
         {
             Ok(values) => Some(values),
@@ -408,141 +415,8 @@ impl<S: Store> Limiter<S> {
         }
     }
 
-    /// Remember a rejected key's counts in the near-cache, as lower bounds.
-    ///
-    /// A current count read by an increment can include increments of
-    /// concurrent requests that are themselves being rejected and rolled
-    /// back. Two bounds remove that excess: the value left after our own
-    /// rollback (others may have rolled back by then), and the ceiling, the
-    /// most that admitted requests can have left in the current bucket given
-    /// the older ones.
-    fn remember(
-        &self,
-        near_key: NearKey,
-        policy: &Policy,
-        counts: &[Counts],
-        after_rollback: Option<Vec<Option<u64>>>,
-        cost: u64,
-        now_ms: u64,
-    ) {
-        let lower_bounds: Vec<Vec<u64>> = policy
-            .limits()
-            .iter()
-            .zip(counts)
-            .enumerate()
-            .map(|(index, (limit, counts))| {
-                let mut bounds = counts.to_vec();
-                let ceiling = window::current_ceiling(*limit, counts, now_ms);
-                let rolled_back = after_rollback
-                    .as_ref()
-                    .and_then(|values| values.get(index).copied().flatten())
-                    .unwrap_or(u64::MAX);
-                if let Some(current) = bounds.last_mut() {
-                    *current = (*current).min(ceiling).min(rolled_back);
-                }
-                bounds
-            })
-            .collect();
-        let verdict = window::decide(
-            policy.limits(),
-            &lower_bounds,
-            now_ms,
-            cost,
-            Counting::Never,
-        );
-        // Remember only what rejects on its own, for as long as it does.
-        let Some(lifetime) = verdict.retry_after_ms.filter(|_| !verdict.allowed) else {
-            return;
-        };
-        let seen = policy
-            .limits()
-            .iter()
-            .zip(lower_bounds)
-            .map(|(limit, counts)| Seen {
-                window: limit.window(),
-                bucket: limit.window().bucket_of(now_ms),
-                counts: counts.into(),
-            });
-        self.near_cache
-            .remember(near_key, seen, Duration::from_millis(lifetime));
-    }
-
-    /// The store failed: the failure mode decides.
-    async fn fall_back(
-        &self,
-        error: StoreError,
-        policy: &Policy,
-        layouts: &[Layout],
-        batch: &CounterBatch,
-        counting: Counting,
-        now_ms: u64,
-    ) -> Result<Decision, CheckError> {
-        let cost = batch.amount;
-        match self.failure_mode {
-            FailureMode::Deny => {
-                self.metrics.decision(Source::Fallback, false);
-                Err(CheckError::StoreUnavailable(error))
-            }
-            FailureMode::Allow => {
-                // Counts are unknown: decide as if empty, which still refuses
-                // a cost no limit could ever admit.
-                let empty: Vec<Vec<u64>> =
-                    layouts.iter().map(|layout| vec![0; layout.len()]).collect();
-                let verdict =
-                    window::decide(policy.limits(), &empty, now_ms, cost, Counting::Never);
-                Ok(self.done(Decision::new(verdict, Source::Fallback)))
-            }
-            FailureMode::Local => {
-                // The in-memory store cannot fail; its calls are not store
-                // round trips, so they bypass `timed`.
-                let found = self
-                    .local
-                    .read_and_add(batch)
-                    .await
-                    .map_err(CheckError::StoreUnavailable)?;
-                let counts = counters::counts_before(layouts, batch, found);
-                let verdict = window::decide(policy.limits(), &counts, now_ms, cost, counting);
-                if !verdict.allowed && !verdict.counted && !batch.adds.is_empty() {
-                    let _ = self.local.subtract(&batch.adds, cost, now_ms).await;
-                }
-                Ok(self.done(Decision::new(verdict, Source::Fallback)))
-            }
-        }
-    }
-
     fn done(&self, decision: Decision) -> Decision {
         self.metrics.decision(decision.source, decision.allowed);
         decision
-    }
-
-    /// A store call under the timeout, with its outcome recorded. Logs only
-    /// when the store's health changes, so an outage under load is one line,
-    /// not one per request.
-    async fn timed<T>(
-        &self,
-        call: impl Future<Output = Result<T, StoreError>>,
-    ) -> Result<T, StoreError> {
-        let started = Instant::now();
-        let result = match tokio::time::timeout(self.timeout, call).await {
-            Ok(result) => result,
-            Err(_) => Err(StoreError::Timeout(self.timeout.as_millis() as u64)),
-        };
-        self.metrics
-            .store_call(started.elapsed(), result.as_ref().err());
-        match &result {
-            Ok(_) => {
-                if !self.store_healthy.swap(true, Ordering::Relaxed) {
-                    tracing::info!(store = self.store.kind(), "store answers again");
-                }
-            }
-            Err(error) => {
-                if self.store_healthy.swap(false, Ordering::Relaxed) {
-                    tracing::warn!(store = self.store.kind(), %error, mode = ?self.failure_mode, "store failing; the failure mode decides until it answers");
-                } else {
-                    tracing::debug!(store = self.store.kind(), %error, "store call failed");
-                }
-            }
-        }
-        result
     }
 }

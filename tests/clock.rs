@@ -5,6 +5,7 @@
 mod common;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use slidegate::{
@@ -19,6 +20,25 @@ struct Skewed {
 impl Clock for Skewed {
     fn now_ms(&self) -> u64 {
         SystemClock.now_ms() + self.by_ms
+    }
+}
+
+/// A host whose clock is set back a second at every reading, while
+/// `stepping`: whatever two readings an interval is taken between, the
+/// second is earlier than the first.
+struct SetBackAtEveryReading {
+    back_ms: AtomicU64,
+    stepping: AtomicBool,
+}
+
+impl Clock for SetBackAtEveryReading {
+    fn now_ms(&self) -> u64 {
+        let back_ms = if self.stepping.load(Ordering::SeqCst) {
+            self.back_ms.fetch_add(1_000, Ordering::SeqCst)
+        } else {
+            self.back_ms.load(Ordering::SeqCst)
+        };
+        SystemClock.now_ms() - back_ms
     }
 }
 
@@ -182,5 +202,40 @@ async fn the_service_decides_on_the_shared_clock_when_configured() {
     assert!(
         metrics.contains("slidegate_clock_backward_jumps_total 0"),
         "{metrics}"
+    );
+}
+
+/// The estimator times its probes on a monotonic clock: a local clock set
+/// back between every two of its readings neither panics the estimate nor
+/// gives an absurd offset (on wall-clock intervals, the subtraction of two
+/// readings underflowed: a panic in debug, an offset of about -9.2e18 ms
+/// in release). The offset it finds puts the local clock, wherever it has
+/// been set back to, on Memcached's time, which on this host is ours.
+#[tokio::test]
+async fn a_local_clock_set_back_during_the_estimate_still_gives_the_nodes_time() {
+    let options = common::memcached_options(vec![common::shared_memcached().addr()]);
+    let local = Arc::new(SetBackAtEveryReading {
+        back_ms: AtomicU64::new(0),
+        stepping: AtomicBool::new(true),
+    });
+    let shared = MemcachedClock::start(&options, local.clone())
+        .await
+        .unwrap();
+    let synced = shared.synced(Duration::from_secs(20)).await;
+    local.stepping.store(false, Ordering::SeqCst);
+    assert!(synced, "no estimate while the local clock was set back");
+    let set_back_ms = local.back_ms.load(Ordering::SeqCst);
+    let error_ms = shared.now_ms() as i64 - SystemClock.now_ms() as i64;
+    println!(
+        "local clock set back by {set_back_ms} ms in all during the estimate; offset {} ms; \
+         the shared clock is {error_ms} ms from this host's",
+        shared.offset_ms()
+    );
+    // Readings after the estimate's last one (a few: the next estimate is
+    // scheduled) set the local clock back further, a second each.
+    assert!(
+        error_ms.abs() < 5_000,
+        "the shared clock is {error_ms} ms off (offset {} ms)",
+        shared.offset_ms()
     );
 }

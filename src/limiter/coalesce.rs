@@ -36,6 +36,7 @@ use tokio::sync::oneshot;
 
 use super::boundary::{self, Crossing};
 use super::counters::{self, Counts, Layout, layout};
+use super::deadline::Deadline;
 use super::{CheckError, Decision, Limiter, Source};
 use crate::near_cache::NearKey;
 use crate::policy::{Limit, Policy};
@@ -47,6 +48,19 @@ pub(crate) const MAX_BATCH: usize = 256;
 /// Independent locks over the keys in flight, so checks of different keys
 /// rarely meet on one.
 const SHARDS: usize = 32;
+
+/// A check as it reaches the coalescer: the near-cache did not refuse it.
+#[derive(Clone, Copy)]
+pub(super) struct Arrival {
+    pub digest: KeyDigest,
+    pub near_key: NearKey,
+    pub cost: u64,
+    pub counting: Counting,
+    /// The instant it is decided at if it leads at once.
+    pub now_ms: u64,
+    /// When its store work must be done by, waiting included.
+    pub deadline: Deadline,
+}
 
 /// What a gathered check is told.
 pub(super) enum Turn {
@@ -179,17 +193,20 @@ impl Drop for Lead<'_> {
 impl<S: Store> Limiter<S> {
     /// Decide a check that the near-cache did not refuse, together with the
     /// checks of its key gathered behind the exchange in flight, if any.
-    #[allow(clippy::too_many_arguments)]
     pub(super) async fn decide_together(
         &self,
         coalescer: &Coalescer,
-        digest: KeyDigest,
-        near_key: NearKey,
         policy: &Policy,
-        cost: u64,
-        counting: Counting,
-        arrived_ms: u64,
+        arrival: Arrival,
     ) -> Result<Decision, CheckError> {
+        let Arrival {
+            digest,
+            near_key,
+            cost,
+            counting,
+            now_ms: arrived_ms,
+            deadline,
+        } = arrival;
         let key = (near_key, counting);
         // A check that leads at once decides at the instant it arrived; one
         // handed the lead after waiting, at the clock's reading then.
@@ -197,7 +214,7 @@ impl<S: Store> Limiter<S> {
             Joined::Lead => (Vec::new(), arrived_ms),
             Joined::Wait(turn) => {
                 self.metrics.coalesced();
-                match tokio::time::timeout(self.timeout, turn).await {
+                match tokio::time::timeout_at(deadline.at(), turn).await {
                     Ok(Ok(Turn::Decided(result))) => return result,
                     Ok(Ok(Turn::Lead(others))) => (others, self.clock.now_ms()),
                     // The exchanges ahead took the whole timeout: the store
@@ -217,8 +234,8 @@ impl<S: Store> Limiter<S> {
             key,
             others,
         };
-        self.lead(&mut lead, digest, near_key, policy, cost, counting, now_ms)
-            .await
+        let arrival = Arrival { now_ms, ..arrival };
+        self.lead(&mut lead, policy, arrival).await
         // Dropping `lead` passes the turn to the next batch, once this
         // batch's take-back (if any) has landed: the next batch then reads
         // counts without this one's refused costs in them.
@@ -227,17 +244,20 @@ impl<S: Store> Limiter<S> {
     /// Run the batch of this check (`cost`, first) and `lead.others`:
     /// answer the others, take back what was refused, remember a refusal
     /// in the near-cache; this check's own answer is returned.
-    #[allow(clippy::too_many_arguments)]
     async fn lead(
         &self,
         lead: &mut Lead<'_>,
-        digest: KeyDigest,
-        near_key: NearKey,
         policy: &Policy,
-        cost: u64,
-        counting: Counting,
-        mut now_ms: u64,
+        arrival: Arrival,
     ) -> Result<Decision, CheckError> {
+        let Arrival {
+            digest,
+            near_key,
+            cost,
+            counting,
+            mut now_ms,
+            deadline,
+        } = arrival;
         let mut attempt = 1;
         loop {
             lead.others.retain(Member::waiting);
@@ -254,7 +274,7 @@ impl<S: Store> Limiter<S> {
                 .map(|limit| layout(digest, limit, now_ms))
                 .collect();
             let batch = counters::batch(&layouts, adding, counting, now_ms);
-            let counts = match self.timed(self.store.read_and_add(&batch)).await {
+            let counts = match self.timed(deadline, self.store.read_and_add(&batch)).await {
                 Ok(found) => counters::counts_before(&layouts, &batch, found),
                 Err(error) => {
                     return self
@@ -287,13 +307,13 @@ impl<S: Store> Limiter<S> {
                     }
                     Crossing::Refused(error) => {
                         self.metrics.store_error(&error);
-                        self.roll_back(&batch.adds, adding, now_ms).await;
+                        self.roll_back(deadline, &batch.adds, adding, now_ms).await;
                         return self
                             .fall_back_all(lead, error, digest, policy, cost, counting)
                             .await;
                     }
                     Crossing::Retry => {
-                        self.roll_back(&batch.adds, adding, now_ms).await;
+                        self.roll_back(deadline, &batch.adds, adding, now_ms).await;
                         now_ms = self.clock.now_ms();
                         attempt += 1;
                         continue;
@@ -346,7 +366,8 @@ impl<S: Store> Limiter<S> {
                 now_ms,
             };
             let after_rollback = if take_back > 0 {
-                self.roll_back(&batch.adds, take_back, now_ms).await
+                self.roll_back(deadline, &batch.adds, take_back, now_ms)
+                    .await
             } else {
                 None
             };

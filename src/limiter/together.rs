@@ -44,6 +44,7 @@ impl<S: Store> Limiter<S> {
         for item in items {
             validate(item.key, item.policy, item.cost, self.max_counters)?;
         }
+        let deadline = Deadline::after(self.timeout);
         let mut now_ms = self.clock.now_ms();
         let near_keys: Vec<NearKey> = items
             .iter()
@@ -76,7 +77,10 @@ impl<S: Store> Limiter<S> {
         let mut attempt = 1;
         let decisions = loop {
             let groups = groups(items, &decided, counting, now_ms);
-            let error = match self.decide_groups(items, &groups, counting, false).await {
+            let error = match self
+                .decide_groups(deadline, items, &groups, counting, false)
+                .await
+            {
                 Ok(decisions) => {
                     // Only a request that counted can have raced a boundary
                     // (with every item refused by the near-cache there are
@@ -106,7 +110,7 @@ impl<S: Store> Limiter<S> {
                     };
                     let batches: Vec<&CounterBatch> =
                         groups.iter().map(|group| &group.batch).collect();
-                    self.take_back_all(&batches, false).await;
+                    self.take_back_all(deadline, &batches, false).await;
                     let Some(error) = refused else {
                         now_ms = self.clock.now_ms();
                         attempt += 1;
@@ -143,7 +147,7 @@ impl<S: Store> Limiter<S> {
                     })
                     .collect(),
                 FailureMode::Local => self
-                    .decide_groups(items, &groups, counting, true)
+                    .decide_groups(deadline, items, &groups, counting, true)
                     .await
                     .map_err(CheckError::StoreUnavailable)?,
             };
@@ -165,6 +169,7 @@ impl<S: Store> Limiter<S> {
     /// groups added, so the failure mode starts from clean counters.
     async fn decide_groups(
         &self,
+        deadline: Deadline,
         items: &[Item<'_>],
         groups: &[Group],
         counting: Counting,
@@ -179,7 +184,7 @@ impl<S: Store> Limiter<S> {
         let results = join_all(
             groups
                 .iter()
-                .map(|group| self.run_batch(&group.batch, local))
+                .map(|group| self.run_batch(deadline, &group.batch, local))
                 .collect(),
         )
         .await;
@@ -205,7 +210,7 @@ impl<S: Store> Limiter<S> {
                 .filter(|(_, counts)| counts.is_some())
                 .map(|(group, _)| &group.batch)
                 .collect();
-            self.take_back_all(&added, local).await;
+            self.take_back_all(deadline, &added, local).await;
             return Err(error);
         }
         let counts_by_group: Vec<Vec<Counts>> = counts_by_group.into_iter().flatten().collect();
@@ -231,7 +236,7 @@ impl<S: Store> Limiter<S> {
             Vec::new()
         } else {
             let batches: Vec<&CounterBatch> = groups.iter().map(|group| &group.batch).collect();
-            self.take_back_all(&batches, local).await
+            self.take_back_all(deadline, &batches, local).await
         }
         .into_iter();
         let mut decisions = Vec::new();
@@ -276,22 +281,25 @@ impl<S: Store> Limiter<S> {
 
     async fn run_batch(
         &self,
+        deadline: Deadline,
         batch: &CounterBatch,
         local: bool,
     ) -> Result<BatchCounts, StoreError> {
         if local {
             self.local.read_and_add(batch).await
         } else {
-            self.timed(self.store.read_and_add(batch)).await
+            self.timed(deadline, self.store.read_and_add(batch)).await
         }
     }
 
     /// Take back the additions of `batches` (all of one request, so of one
     /// instant) at once, as [`Store::subtract_many`]: each batch's values
     /// after, when known; `None` for a batch that added nothing. Like a
-    /// single rollback, nothing is retried.
+    /// single rollback, it is sent whatever time is left, waited for until
+    /// `deadline`, and never retried.
     async fn take_back_all(
         &self,
+        deadline: Deadline,
         batches: &[&CounterBatch],
         local: bool,
     ) -> Vec<Option<Vec<Option<u64>>>> {
@@ -311,7 +319,7 @@ impl<S: Store> Limiter<S> {
             self.local.subtract_many(&takes, now_ms).await
         } else {
             let all = async { Ok(self.store.subtract_many(&takes, now_ms).await) };
-            match self.timed(all).await {
+            match self.timed_sent(deadline, all).await {
                 Ok(results) => results,
                 Err(error) => takes
                     .iter()

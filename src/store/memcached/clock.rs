@@ -23,10 +23,17 @@
 //! its peers by that drift times the time since the last turn until its
 //! first turn. Between estimates, and when Memcached does not answer, the
 //! time is the local clock plus the last offset (0 before the first).
+//!
+//! The probes are timed on the monotonic clock, and the local clock is read
+//! once, at the end, to place the tick on it: an estimate during which the
+//! local clock is set back neither fails nor goes astray, and its offset
+//! applies to the local clock as it reads afterwards.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use super::conn::{Commands, Delivery};
 use super::wire::{Command, Reply};
@@ -157,37 +164,39 @@ async fn keep_estimating(store: MemcachedStore, clock: Weak<MemcachedClock>) {
     }
 }
 
-/// One probe: local time when sent and answered, and the node's second.
+/// One probe: when it was sent and answered, on the monotonic clock, and
+/// the node's second. Intervals between probes are taken on the monotonic
+/// clock only: the local wall clock may be set back between two readings
+/// (an NTP step, an operator), and a difference of two wall readings would
+/// then be negative.
 #[derive(Clone, Copy, Debug)]
 struct Probe {
-    sent_ms: u64,
-    answered_ms: u64,
+    sent: Instant,
+    answered: Instant,
     second: u64,
 }
 
 impl Probe {
-    fn middle_ms(&self) -> u64 {
-        self.sent_ms + (self.answered_ms - self.sent_ms) / 2
+    fn middle(&self) -> Instant {
+        self.sent + self.answered.saturating_duration_since(self.sent) / 2
     }
 }
 
-/// The local instant the node's second changed between `before` and
-/// `after`, and the second it changed to.
-fn tick(before: &Probe, after: &Probe) -> (u64, u64) {
-    (
-        before.middle_ms() + (after.middle_ms() - before.middle_ms()) / 2,
-        after.second,
-    )
+/// The instant the node's second changed between `before` and `after`, and
+/// the second it changed to.
+fn tick(before: &Probe, after: &Probe) -> (Instant, u64) {
+    let between = after.middle().saturating_duration_since(before.middle());
+    (before.middle() + between / 2, after.second)
 }
 
 async fn estimate(store: &MemcachedStore, local: &dyn Clock) -> Result<i64, StoreError> {
     let probe = || async {
-        let sent_ms = local.now_ms();
-        let second = store.server_second(sent_ms).await?;
-        let answered_ms = local.now_ms().max(sent_ms);
+        let sent = Instant::now();
+        // The wall clock only names the probe item (its hour).
+        let second = store.server_second(local.now_ms()).await?;
         Ok::<_, StoreError>(Probe {
-            sent_ms,
-            answered_ms,
+            sent,
+            answered: Instant::now(),
             second,
         })
     };
@@ -203,35 +212,42 @@ async fn estimate(store: &MemcachedStore, local: &dyn Clock) -> Result<i64, Stor
         }
         before = after;
     }
-    let Some((coarse_ms, coarse_second)) = coarse else {
+    let Some((coarse_at, coarse_second)) = coarse else {
         return Err(StoreError::Protocol(
             "Memcached's clock did not tick within 1.5 s".to_owned(),
         ));
     };
     // Fine: the next tick, watched closely from just before it.
-    let next_ms = coarse_ms + 1000 - FINE_LEAD_MS;
-    let now = local.now_ms();
-    if next_ms > now {
-        tokio::time::sleep(Duration::from_millis(next_ms - now)).await;
-    }
+    tokio::time::sleep_until(coarse_at + Duration::from_millis(1000 - FINE_LEAD_MS)).await;
     let mut before = probe().await?;
     for _ in 0..FINE_PROBES {
         tokio::time::sleep(Duration::from_millis(FINE_SPACING_MS)).await;
         let after = probe().await?;
         if after.second != before.second {
-            let (at_ms, second) = tick(&before, &after);
-            return Ok(offset(second, at_ms));
+            let (at, second) = tick(&before, &after);
+            return Ok(offset(second, at, local.now_ms(), Instant::now()));
         }
         before = after;
     }
     // The timer fired later than a second after the last tick: the coarse
     // estimate is still good to 25 ms.
     tracing::debug!("no tick during the fine watch; using the coarse estimate");
-    Ok(offset(coarse_second, coarse_ms))
+    Ok(offset(
+        coarse_second,
+        coarse_at,
+        local.now_ms(),
+        Instant::now(),
+    ))
 }
 
-fn offset(second: u64, local_ms: u64) -> i64 {
-    (second as i64) * 1000 - local_ms as i64
+/// The offset from the local clock to the node's: the node's second turned
+/// to `second` at `tick`, and the local clock read `local_ms` at `now`.
+/// The one wall reading is the latest, so the offset applies to the local
+/// clock as it reads now, even if it was set back during the estimate.
+fn offset(second: u64, tick: Instant, local_ms: u64, now: Instant) -> i64 {
+    let since_tick_ms =
+        i64::try_from(now.saturating_duration_since(tick).as_millis()).unwrap_or(i64::MAX);
+    (second as i64 * 1000).saturating_add(since_tick_ms) - local_ms as i64
 }
 
 impl MemcachedStore {
@@ -288,18 +304,22 @@ mod tests {
 
     #[test]
     fn a_tick_is_placed_between_the_probes_that_straddle_it() {
+        let start = Instant::now();
+        let at = |ms: u64| start + Duration::from_millis(ms);
         let before = Probe {
-            sent_ms: 1_000,
-            answered_ms: 1_002,
+            sent: at(1_000),
+            answered: at(1_002),
             second: 41,
         };
         let after = Probe {
-            sent_ms: 1_004,
-            answered_ms: 1_006,
+            sent: at(1_004),
+            answered: at(1_006),
             second: 42,
         };
-        assert_eq!(tick(&before, &after), (1_003, 42));
-        assert_eq!(offset(42, 1_003), 40_997);
-        assert_eq!(offset(1, 3_000), -2_000);
+        let (tick_at, second) = tick(&before, &after);
+        assert_eq!((tick_at, second), (at(1_003), 42));
+        // The local clock read 50_000 ms 7 ms after the tick: at the tick it
+        // read 49_993, and the node 42_000.
+        assert_eq!(offset(42, tick_at, 50_000, at(1_010)), -7_993);
     }
 }
