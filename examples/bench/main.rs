@@ -161,11 +161,20 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         let row = measured(
             mc,
             me,
-            limiter_phase(limiter.clone(), roomy.clone(), callers, args.checks, limit),
+            limiter_phase(limiter.clone(), roomy.clone(), callers, args.checks, limit, KEYS),
         )
         .await;
         library.push(row);
     }
+    // One key every caller checks, admitted: what coalescing is for.
+    let hot_library = measured(
+        mc,
+        me,
+        limiter_phase(limiter.clone(), roomy.clone(), 256, args.checks, limit, 1),
+    )
+    .await;
+    let hot_library_ratio = hot_library.rate() / pipelined_rate;
+    let hot_library_commands = hot_library.commands_per_call;
     let library_p99_256 = args
         .callers
         .iter()
@@ -179,6 +188,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         };
         table.push((row, Some(ratio)));
     }
+    table.push((hot_library, Some(("pipelined ceiling", hot_library_ratio))));
     table.insert(0, (one_per_rt, None));
     table.insert(1, (pipelined, None));
     if args.library_only {
@@ -213,6 +223,20 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             name: "HTTP POST /v1/check, admitted",
             policy: "roomy",
             keys: KEYS,
+            repeat: 1,
+            requests_per_thread: 0,
+            connections: 64,
+            seconds: args.seconds as u32,
+            expect_ok: true,
+        },
+    );
+    let hot_admitted = http_phase(
+        mc,
+        &server,
+        &http::Load {
+            name: "HTTP POST /v1/check, one hot admitted key",
+            policy: "roomy",
+            keys: 1,
             repeat: 1,
             requests_per_thread: 0,
             connections: 64,
@@ -262,6 +286,9 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     table.push((echo_row, None));
     table.push((admitted, Some(("HTTP ceiling", admitted_rate / echo_rate))));
     table.push((hot, Some(("HTTP ceiling", hot_ratio))));
+    let hot_admitted_ratio = hot_admitted.rate() / echo_rate;
+    let hot_admitted_commands = hot_admitted.commands_per_call;
+    table.push((hot_admitted, Some(("HTTP ceiling", hot_admitted_ratio))));
     let rls_ratio = rls.rate() / admitted_rate;
     table.push((rls, Some(("HTTP /v1/check admitted", rls_ratio))));
     if let Some(python) = python {
@@ -322,6 +349,19 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "- hot rejects >= 0.9x the HTTP ceiling: {hot_ratio:.2}x, {}",
         verdict(hot_ratio >= 0.9)
+    );
+    let commands = |per_call: Option<f64>| per_call.unwrap_or(f64::NAN);
+    println!(
+        "- HTTP, one hot admitted key >= 0.85x the HTTP ceiling at <= 0.3 commands/check: \
+         {hot_admitted_ratio:.2}x at {:.2}, {}",
+        commands(hot_admitted_commands),
+        verdict(hot_admitted_ratio >= 0.85 && commands(hot_admitted_commands) <= 0.3)
+    );
+    println!(
+        "- library, 256 callers, one hot admitted key >= 1.5x the pipelined ceiling at <= 0.25 \
+         commands/check: {hot_library_ratio:.2}x at {:.2}, {}",
+        commands(hot_library_commands),
+        verdict(hot_library_ratio >= 1.5 && commands(hot_library_commands) <= 0.25)
     );
     if let Some(kib) = memory_rss {
         let mib = kib as f64 / 1024.0;
@@ -400,6 +440,7 @@ async fn limiter_phase(
     callers: usize,
     total: u64,
     limit: Duration,
+    keys: u64,
 ) -> Row {
     let unexpected = Arc::new(AtomicU64::new(0));
     let row = run_callers(callers, total, limit, {
@@ -408,7 +449,7 @@ async fn limiter_phase(
             let (limiter, policy, unexpected) =
                 (limiter.clone(), policy.clone(), unexpected.clone());
             async move {
-                let key = format!("key-{}", index % KEYS);
+                let key = format!("key-{}", index % keys);
                 match limiter.check(&key, &policy, 1).await {
                     Ok(decision)
                         if decision.allowed && decision.source == slidegate::Source::Store => {}
@@ -420,8 +461,13 @@ async fn limiter_phase(
         }
     })
     .await;
+    let name = if keys == 1 {
+        "Limiter::check (library), one hot admitted key"
+    } else {
+        "Limiter::check (library)"
+    };
     Row {
-        name: "Limiter::check (library)".to_owned(),
+        name: name.to_owned(),
         concurrency: format!("{callers} caller{}", if callers == 1 { "" } else { "s" }),
         unexpected: unexpected.load(Ordering::Relaxed),
         ..row
