@@ -212,6 +212,7 @@ impl App {
             .timeout(config.timeout)
             .near_cache_capacity(config.near_cache_capacity)
             .near_cache_max_bytes(config.near_cache_max_bytes)
+            .near_cache_revalidate(config.near_cache_revalidate)
             .max_counters(config.max_counters)
             .local_capacity(config.memory_capacity)
             .failure_mode(config.failure_mode)
