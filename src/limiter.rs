@@ -308,7 +308,9 @@ impl<S: Store> Limiter<S> {
         let mut attempt = 1;
         loop {
             if counting != Counting::Always
-                && let Some(refused) = self.near_cache_refusal(digest, near_key, policy, cost, now_ms).await
+                && let Some(refused) = self
+                    .near_cache_refusal(digest, near_key, policy, cost, now_ms)
+                    .await
             {
                 return Ok(self.done(refused));
             }

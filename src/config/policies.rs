@@ -59,8 +59,9 @@ pub(super) fn resolve(
         resolved
             .policies
             .insert(name.clone(), policy.with_shadow(section.shadow));
-        let exempt = KeyPatterns::parse(section.exempt_keys.iter().map(String::as_str))
-            .map_err(|(index, message)| in_file(&format!("{field}.exempt_keys[{index}]"), message))?;
+        let exempt = KeyPatterns::parse(section.exempt_keys.iter().map(String::as_str)).map_err(
+            |(index, message)| in_file(&format!("{field}.exempt_keys[{index}]"), message),
+        )?;
         if !exempt.is_empty() {
             resolved.exempt_keys.insert(name.clone(), exempt);
         }

@@ -24,8 +24,7 @@ limits = [{ limit = 10, window = "1s" },
 "#;
 
 fn resolve(text: &str, overrides: &Overrides) -> Result<Config, String> {
-    Config::resolve(Some((Path::new("slidegate.toml"), text)), overrides)
-        .map_err(|e| e.to_string())
+    Config::resolve(Some((Path::new("slidegate.toml"), text)), overrides).map_err(|e| e.to_string())
 }
 
 #[test]

@@ -30,7 +30,10 @@ impl<S: Store> Limiter<S> {
         if !due {
             return Some(Decision::new(verdict, Source::NearCache));
         }
-        match self.read_again(digest, near_key, policy, cost, now_ms).await {
+        match self
+            .read_again(digest, near_key, policy, cost, now_ms)
+            .await
+        {
             Reread::StillRefused(decision) => Some(decision),
             Reread::Admits => None,
             // The entry is still the best knowledge there is, and a store
