@@ -24,7 +24,6 @@
 //! That expiry is only housekeeping: every lookup re-decides with the
 //! limiter's clock, so a stale entry can never reject wrongly.
 
-use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -36,6 +35,10 @@ use smallvec::SmallVec;
 use crate::policy::{Policy, Window};
 use crate::store::KeyDigest;
 use crate::window;
+
+// The table's hash of a digest: a seeded fold, not SipHash again.
+mod hasher;
+use hasher::SeededFold;
 
 /// Which entry: the key (with its scope) and the windows of the policy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -50,58 +53,6 @@ impl NearKey {
             digest,
             windows: policy.windows_id(),
         }
-    }
-}
-
-/// The near-cache's hasher. A [`NearKey`] is a BLAKE3 digest already, so
-/// SipHash over it again is wasted work on every check; a fold of its words
-/// through a mixer is enough. The fold starts from a per-process random seed:
-/// anyone can compute digests, and without the seed they cannot choose keys
-/// that pile into one bucket of the table.
-#[derive(Clone)]
-struct SeededFold {
-    seed: u64,
-}
-
-impl SeededFold {
-    fn new() -> SeededFold {
-        SeededFold {
-            seed: std::collections::hash_map::RandomState::new().hash_one(0x5eed_u64),
-        }
-    }
-}
-
-impl BuildHasher for SeededFold {
-    type Hasher = FoldHasher;
-
-    fn build_hasher(&self) -> FoldHasher {
-        FoldHasher { state: self.seed }
-    }
-}
-
-struct FoldHasher {
-    state: u64,
-}
-
-impl Hasher for FoldHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut word = [0u8; 8];
-            word[..chunk.len()].copy_from_slice(chunk);
-            self.write_u64(u64::from_le_bytes(word));
-        }
-    }
-
-    fn write_u64(&mut self, word: u64) {
-        // SplitMix64's finalizer: every input bit moves every output bit.
-        let mut z = (self.state ^ word).wrapping_add(0x9e37_79b9_7f4a_7c15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        self.state = z ^ (z >> 31);
-    }
-
-    fn finish(&self) -> u64 {
-        self.state
     }
 }
 

@@ -266,14 +266,18 @@ async fn ready(app: &App) -> Response<Body> {
         ),
     };
     if !readiness.nodes.is_empty() {
-        body["nodes"] = readiness
-            .nodes
-            .iter()
-            .map(|node| {
-                let state = if node.up { "up" } else { "down" };
-                serde_json::json!({ "node": node.node, "state": state })
-            })
-            .collect();
+        body["nodes"] = nodes_json(&readiness.nodes);
     }
     api::json(status, body)
+}
+
+/// Each node and whether it answered, as `/readyz` and `/v1/status` name them.
+pub(super) fn nodes_json(nodes: &[crate::store::NodeReadiness]) -> serde_json::Value {
+    nodes
+        .iter()
+        .map(|node| {
+            let state = if node.up { "up" } else { "down" };
+            serde_json::json!({ "node": node.node, "state": state })
+        })
+        .collect()
 }

@@ -19,7 +19,7 @@ use hyper::{Request, Response, StatusCode};
 use super::App;
 use super::api::{self, Body, Call};
 use super::body::read_body;
-use super::routes::check_error;
+use super::routes::{check_error, nodes_json};
 use crate::clock::{Clock, SystemClock};
 use crate::limiter::Decision;
 use recent::{Kind, RecentDecisions};
@@ -175,18 +175,10 @@ pub(super) async fn status(app: &App) -> Response<Body> {
         })
         .collect();
     let readiness = app.limiter.readiness().await;
-    let nodes: Vec<serde_json::Value> = readiness
-        .nodes
-        .iter()
-        .map(|node| {
-            let state = if node.up { "up" } else { "down" };
-            serde_json::json!({ "node": node.node, "state": state })
-        })
-        .collect();
     let store = serde_json::json!({
         "kind": crate::store::Store::kind(app.limiter.store()),
         "ready": readiness.result.is_ok(),
-        "nodes": nodes,
+        "nodes": nodes_json(&readiness.nodes),
     });
     api::json(
         StatusCode::OK,
