@@ -642,14 +642,18 @@ async fn the_openapi_document_validates_and_so_do_live_answers() {
 
     let Some(python) = python_venv(
         "test-venv-ops",
-        &["openapi-spec-validator==0.7.1", "jsonschema==4.23.0"],
+        &[
+            "openapi-spec-validator==0.7.1",
+            "jsonschema==4.23.0",
+            "openapi-python-client==0.29.1",
+        ],
     ) else {
-        return missing("python openapi-spec-validator and jsonschema (pip)");
+        return missing("python openapi-spec-validator, jsonschema, openapi-python-client (pip)");
     };
     let answers_file = common::process::temp_dir("slidegate-openapi").join("answers.json");
     std::fs::write(&answers_file, serde_json::to_string(&answers).unwrap()).unwrap();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ops/openapi_check.py");
-    let output = Command::new(python)
+    let output = Command::new(&python)
         .arg(script)
         .arg(&document)
         .arg(&answers_file)
@@ -662,6 +666,37 @@ async fn the_openapi_document_validates_and_so_do_live_answers() {
         report.contains("the document is valid OpenAPI 3.1.0"),
         "{report}"
     );
+
+    // A client generated from the document, used as generated.
+    let generated = common::process::temp_dir("slidegate-client");
+    let generator = python.with_file_name("openapi-python-client");
+    let made = Command::new(generator)
+        .args(["generate", "--meta", "none", "--path"])
+        .arg(&document)
+        .current_dir(&generated)
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&made.stdout),
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ops/generated_client.py");
+    let used = Command::new(&python)
+        .arg(script)
+        .arg(&generated)
+        .arg(format!("http://{}", service.addr))
+        .arg(TOKEN)
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&used.stdout),
+        String::from_utf8_lossy(&used.stderr)
+    );
+    println!("{said}");
+    assert!(used.status.success(), "{said}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
