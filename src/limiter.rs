@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use crate::clock::{Clock, SystemClock};
 use crate::metrics::{Metrics, MetricsSnapshot};
-use crate::near_cache::{NearCache, NearKey};
+use crate::near_cache::{DEFAULT_REVALIDATE, NearCache, NearKey};
 use crate::policy::{DEFAULT_MAX_COUNTERS, Policy};
 use crate::store::{
     BatchCounts, CounterBatch, CounterKey, DEFAULT_MEMORY_CAPACITY, KeyDigest, MemoryStore, Store,
@@ -40,6 +40,12 @@ mod deadline;
 mod failure;
 // Rejected keys' counts kept in the near-cache.
 mod remembered;
+// Removing a key's counters (`POST /v1/reset`).
+mod reset;
+// Keys that are never limited.
+mod exempt;
+// Near-cache refusals, and reading the store again when they are old.
+mod revalidate;
 
 use boundary::Crossing;
 pub(crate) use counters::Counts;
@@ -110,6 +116,7 @@ pub struct LimiterBuilder<S> {
     clock: Arc<dyn Clock>,
     near_cache_capacity: u64,
     near_cache_max_bytes: u64,
+    near_cache_revalidate: Duration,
     timeout: Duration,
     failure_mode: FailureMode,
     max_counters: usize,
@@ -133,6 +140,14 @@ impl<S: Store> LimiterBuilder<S> {
     /// size, its counts included); 0 turns it off.
     pub fn near_cache_max_bytes(mut self, max_bytes: u64) -> Self {
         self.near_cache_max_bytes = max_bytes;
+        self
+    }
+
+    /// How long a near-cache entry is trusted after its counts were read;
+    /// then one check reads the store again before it refuses again, so a
+    /// reset (or an evicted counter) is seen within this interval.
+    pub fn near_cache_revalidate(mut self, interval: Duration) -> Self {
+        self.near_cache_revalidate = interval;
         self
     }
 
@@ -176,7 +191,8 @@ impl<S: Store> LimiterBuilder<S> {
         Limiter {
             store: self.store,
             clock: self.clock,
-            near_cache: NearCache::bounded(self.near_cache_capacity, self.near_cache_max_bytes),
+            near_cache: NearCache::bounded(self.near_cache_capacity, self.near_cache_max_bytes)
+                .with_revalidate(self.near_cache_revalidate),
             timeout: self.timeout,
             failure_mode: self.failure_mode,
             max_counters: self.max_counters,
@@ -195,6 +211,7 @@ impl<S: Store> Limiter<S> {
             clock: Arc::new(SystemClock),
             near_cache_capacity: DEFAULT_NEAR_CACHE_CAPACITY,
             near_cache_max_bytes: crate::near_cache::DEFAULT_MAX_BYTES,
+            near_cache_revalidate: DEFAULT_REVALIDATE,
             timeout: DEFAULT_TIMEOUT,
             failure_mode: FailureMode::default(),
             max_counters: DEFAULT_MAX_COUNTERS,
@@ -306,18 +323,11 @@ impl<S: Store> Limiter<S> {
         let mut attempt = 1;
         loop {
             if counting != Counting::Always
-                && let Some(lower_bounds) = self.near_cache.lower_bounds(&near_key, policy, now_ms)
+                && let Some(refused) = self
+                    .near_cache_refusal(digest, near_key, policy, cost, now_ms, deadline)
+                    .await
             {
-                let verdict = window::decide(
-                    policy.limits(),
-                    &lower_bounds,
-                    now_ms,
-                    cost,
-                    Counting::Never,
-                );
-                if !verdict.allowed {
-                    return Ok(self.done(Decision::new(verdict, Source::NearCache)));
-                }
+                return Ok(self.done(refused));
             }
 
             if attempt == 1

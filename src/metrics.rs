@@ -43,15 +43,18 @@ pub enum Outcome {
     fallback,
     /// A shadow policy would have refused, and admitted.
     shadow,
+    /// An exempt key or client address: admitted, nothing counted.
+    exempt,
 }
 
 impl Outcome {
-    const ALL: [Outcome; 5] = [
+    const ALL: [Outcome; 6] = [
         Outcome::allowed,
         Outcome::rejected,
         Outcome::near_cache,
         Outcome::fallback,
         Outcome::shadow,
+        Outcome::exempt,
     ];
 
     fn of(decision: &Decision) -> Outcome {
@@ -60,6 +63,7 @@ impl Outcome {
         } else {
             match (decision.source, decision.allowed) {
                 (Source::Fallback, _) => Outcome::fallback,
+                (Source::Exempt, _) => Outcome::exempt,
                 (Source::NearCache, _) => Outcome::near_cache,
                 (Source::Store, true) => Outcome::allowed,
                 (Source::Store, false) => Outcome::rejected,
@@ -109,7 +113,7 @@ struct KindLabels {
 /// One policy's decision counters, one per outcome, taken from the family
 /// once so that counting is one atomic add.
 #[derive(Debug)]
-struct PolicyCounters([Counter; 5]);
+struct PolicyCounters([Counter; Outcome::ALL.len()]);
 
 impl PolicyCounters {
     fn new(family: &Family<DecisionLabels, Counter>, policy: &str) -> PolicyCounters {
@@ -140,8 +144,8 @@ pub struct Metrics {
     near_cache_hits: Counter,
     near_cache_entries: Gauge,
     // Decisions by source, for `MetricsSnapshot` (tests and embedders).
-    allowed: [AtomicU64; 3],
-    rejected: [AtomicU64; 3],
+    allowed: [AtomicU64; Source::ALL.len()],
+    rejected: [AtomicU64; Source::ALL.len()],
 }
 
 impl Default for Metrics {
@@ -178,8 +182,8 @@ impl Default for Metrics {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MetricsSnapshot {
     /// Decisions by source ([`Source::ALL`] order), allowed and rejected.
-    pub allowed: [u64; 3],
-    pub rejected: [u64; 3],
+    pub allowed: [u64; Source::ALL.len()],
+    pub rejected: [u64; Source::ALL.len()],
     /// Round trips to the store, rollbacks included.
     pub store_calls: u64,
     /// Store calls that failed or timed out.

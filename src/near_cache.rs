@@ -10,6 +10,13 @@
 //! consulted with the request's own cost, and anything it does not reject
 //! goes to the store.
 //!
+//! A reset, or a counter Memcached evicted, breaks that promise: the counts
+//! went down. So an entry is trusted only for `revalidate` (1 s by default)
+//! after its counts were read; then one check, and no other for another
+//! interval, reads the store again before refusing with it ([`Lookup`]).
+//! A reset is seen by every instance within the interval, and a hot key
+//! still costs at most one store read per interval.
+//!
 //! Entries are bounded in number and in bytes (moka evicts the least
 //! useful; an entry weighs its real size, so one of a many-counter policy
 //! weighs more than one of a single limit), and expire
@@ -17,8 +24,8 @@
 //! That expiry is only housekeeping: every lookup re-decides with the
 //! limiter's clock, so a stale entry can never reject wrongly.
 
-use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use moka::Expiry;
@@ -28,6 +35,10 @@ use smallvec::SmallVec;
 use crate::policy::{Policy, Window};
 use crate::store::KeyDigest;
 use crate::window;
+
+// The table's hash of a digest: a seeded fold, not SipHash again.
+mod hasher;
+use hasher::SeededFold;
 
 /// Which entry: the key (with its scope) and the windows of the policy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -42,58 +53,6 @@ impl NearKey {
             digest,
             windows: policy.windows_id(),
         }
-    }
-}
-
-/// The near-cache's hasher. A [`NearKey`] is a BLAKE3 digest already, so
-/// SipHash over it again is wasted work on every check; a fold of its words
-/// through a mixer is enough. The fold starts from a per-process random seed:
-/// anyone can compute digests, and without the seed they cannot choose keys
-/// that pile into one bucket of the table.
-#[derive(Clone)]
-struct SeededFold {
-    seed: u64,
-}
-
-impl SeededFold {
-    fn new() -> SeededFold {
-        SeededFold {
-            seed: std::collections::hash_map::RandomState::new().hash_one(0x5eed_u64),
-        }
-    }
-}
-
-impl BuildHasher for SeededFold {
-    type Hasher = FoldHasher;
-
-    fn build_hasher(&self) -> FoldHasher {
-        FoldHasher { state: self.seed }
-    }
-}
-
-struct FoldHasher {
-    state: u64,
-}
-
-impl Hasher for FoldHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut word = [0u8; 8];
-            word[..chunk.len()].copy_from_slice(chunk);
-            self.write_u64(u64::from_le_bytes(word));
-        }
-    }
-
-    fn write_u64(&mut self, word: u64) {
-        // SplitMix64's finalizer: every input bit moves every output bit.
-        let mut z = (self.state ^ word).wrapping_add(0x9e37_79b9_7f4a_7c15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        self.state = z ^ (z >> 31);
-    }
-
-    fn finish(&self) -> u64 {
-        self.state
     }
 }
 
@@ -114,6 +73,9 @@ pub const DEFAULT_MAX_BYTES: u64 = 64 * 1024 * 1024;
 /// 100,000 refused keys of 128 counters (tests/bounds.rs).
 const MOKA_BYTES_PER_ENTRY: usize = 256;
 
+/// How long an entry is trusted when `near_cache.revalidate_ms` is not set.
+pub const DEFAULT_REVALIDATE: Duration = Duration::from_secs(1);
+
 /// What one key's entry holds, in one allocation for a policy of one limit
 /// at precision 1.
 struct Entry {
@@ -121,10 +83,13 @@ struct Entry {
     lifetime: Duration,
     /// What the entry costs in memory, counted once when made.
     bytes: u32,
+    /// When the last check that went to the store for this entry set out,
+    /// on the limiter's clock: the counts' read time at first.
+    revalidated_ms: AtomicU64,
 }
 
 impl Entry {
-    fn new(seen: SmallVec<[Seen; 1]>, lifetime: Duration) -> Entry {
+    fn new(seen: SmallVec<[Seen; 1]>, lifetime: Duration, read_at_ms: u64) -> Entry {
         let heap_of_seen = if seen.spilled() {
             seen.capacity() * size_of::<Seen>()
         } else {
@@ -147,8 +112,34 @@ impl Entry {
             seen,
             lifetime,
             bytes: u32::try_from(bytes).unwrap_or(u32::MAX),
+            revalidated_ms: AtomicU64::new(read_at_ms),
         }
     }
+
+    /// Whether the caller is the one check of this interval to read the
+    /// store again: the entry is older than `interval_ms`, and no other
+    /// check claimed it since.
+    fn claim_revalidation(&self, now_ms: u64, interval_ms: u64) -> bool {
+        self.revalidated_ms
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |last| {
+                (now_ms >= last.saturating_add(interval_ms)).then_some(now_ms)
+            })
+            .is_ok()
+    }
+}
+
+/// What the near-cache knows of a key for a check at some instant: lower
+/// bounds of each limit's counts, slid to that instant.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Lookup {
+    /// Nothing usable is remembered.
+    Unknown,
+    /// Counts read less than the revalidation interval ago (or being read
+    /// again by another check right now): refuse with them.
+    Trusted(Vec<Vec<u64>>),
+    /// Counts older than the interval: the caller, alone for this interval,
+    /// reads the store before refusing with them.
+    Revalidate(Vec<Vec<u64>>),
 }
 
 struct UntilUseless;
@@ -171,6 +162,7 @@ impl Expiry<NearKey, Arc<Entry>> for UntilUseless {
 
 pub struct NearCache {
     cache: Option<Cache<NearKey, Arc<Entry>, SeededFold>>,
+    revalidate_ms: u64,
 }
 
 impl NearCache {
@@ -194,40 +186,74 @@ impl NearCache {
                 .expire_after(UntilUseless)
                 .build_with_hasher(SeededFold::new())
         });
-        NearCache { cache }
+        NearCache {
+            cache,
+            revalidate_ms: DEFAULT_REVALIDATE.as_millis() as u64,
+        }
+    }
+
+    /// Trust an entry for `interval` after its counts were read; then the
+    /// store is read again before it refuses again.
+    pub fn with_revalidate(mut self, interval: Duration) -> NearCache {
+        self.revalidate_ms = u64::try_from(interval.as_millis()).unwrap_or(u64::MAX);
+        self
+    }
+
+    /// What is remembered of `key` for a check of `policy` at `now_ms`.
+    pub fn lookup(&self, key: &NearKey, policy: &Policy, now_ms: u64) -> Lookup {
+        let Some(entry) = self.cache.as_ref().and_then(|cache| cache.get(key)) else {
+            return Lookup::Unknown;
+        };
+        let Some(bounds) = slid(&entry, policy, now_ms) else {
+            return Lookup::Unknown;
+        };
+        if entry.claim_revalidation(now_ms, self.revalidate_ms) {
+            Lookup::Revalidate(bounds)
+        } else {
+            Lookup::Trusted(bounds)
+        }
     }
 
     /// The remembered counts of each limit of `policy`, slid to `now_ms`;
-    /// `None` when nothing usable is remembered.
+    /// `None` when nothing usable is remembered, or when the entry is due
+    /// for revalidation: it is then forgotten, so that the store decides
+    /// and a refusal is remembered afresh.
     pub fn lower_bounds(
         &self,
         key: &NearKey,
         policy: &Policy,
         now_ms: u64,
     ) -> Option<Vec<Vec<u64>>> {
-        let entry = self.cache.as_ref()?.get(key)?;
-        if entry.seen.len() != policy.limits().len() {
-            return None;
+        match self.lookup(key, policy, now_ms) {
+            Lookup::Trusted(bounds) => Some(bounds),
+            Lookup::Revalidate(_) => {
+                self.forget(key);
+                None
+            }
+            Lookup::Unknown => None,
         }
-        policy
-            .limits()
-            .iter()
-            .zip(&entry.seen)
-            .map(|(limit, seen)| {
-                let window = limit.window();
-                if seen.window != window {
-                    return None;
-                }
-                window::slide(&seen.counts, seen.bucket, window.bucket_of(now_ms))
-            })
-            .collect()
     }
 
-    /// Remember lower bounds of the counts for `lifetime`.
-    pub fn remember(&self, key: NearKey, seen: impl IntoIterator<Item = Seen>, lifetime: Duration) {
+    /// Drop what is remembered of `key`: its counts went down (a reset),
+    /// or the store admits it again.
+    pub fn forget(&self, key: &NearKey) {
+        if let Some(cache) = &self.cache {
+            cache.invalidate(key);
+        }
+    }
+
+    /// Remember lower bounds of the counts, read at `read_at_ms`, for
+    /// `lifetime`.
+    pub fn remember(
+        &self,
+        key: NearKey,
+        seen: impl IntoIterator<Item = Seen>,
+        lifetime: Duration,
+        read_at_ms: u64,
+    ) {
         if let Some(cache) = &self.cache {
             let seen = seen.into_iter().collect();
-            cache.insert(key, Arc::new(Entry::new(seen, lifetime)));
+            cache.insert(key, Arc::new(Entry::new(seen, lifetime, read_at_ms)));
         }
     }
 
@@ -259,6 +285,26 @@ impl NearCache {
     }
 }
 
+/// An entry's counts of each limit of `policy`, slid to `now_ms`; `None`
+/// when it was made for other windows, or the clock went back.
+fn slid(entry: &Entry, policy: &Policy, now_ms: u64) -> Option<Vec<Vec<u64>>> {
+    if entry.seen.len() != policy.limits().len() {
+        return None;
+    }
+    policy
+        .limits()
+        .iter()
+        .zip(&entry.seen)
+        .map(|(limit, seen)| {
+            let window = limit.window();
+            if seen.window != window {
+                return None;
+            }
+            window::slide(&seen.counts, seen.bucket, window.bucket_of(now_ms))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -268,7 +314,8 @@ mod tests {
     fn remembered_counts_slide_with_time_and_check_windows() {
         let per_minute = Limit::new(5, 60_000, 1).unwrap();
         let policy = Policy::new("api", vec![per_minute]).unwrap();
-        let cache = NearCache::new(10);
+        // Trusted for an hour: this test is about sliding, not revalidation.
+        let cache = NearCache::new(10).with_revalidate(Duration::from_secs(3600));
         let key = NearKey::new(KeyDigest::of("api", "k"), &policy);
         assert_eq!(cache.lower_bounds(&key, &policy, 0), None);
 
@@ -277,7 +324,7 @@ mod tests {
             bucket: 10,
             counts: smallvec::smallvec![2, 5],
         };
-        cache.remember(key, vec![seen], Duration::from_secs(60));
+        cache.remember(key, vec![seen], Duration::from_secs(60), 600_000);
         assert_eq!(
             cache.lower_bounds(&key, &policy, 600_000),
             Some(vec![vec![2, 5]])
@@ -298,6 +345,30 @@ mod tests {
     }
 
     #[test]
+    fn an_entry_is_read_again_by_one_check_per_interval() {
+        let per_minute = Limit::new(5, 60_000, 1).unwrap();
+        let policy = Policy::new("api", vec![per_minute]).unwrap();
+        let cache = NearCache::new(10).with_revalidate(Duration::from_secs(1));
+        let key = NearKey::new(KeyDigest::of("api", "k"), &policy);
+        let seen = Seen {
+            window: per_minute.window(),
+            bucket: 10,
+            counts: smallvec::smallvec![2, 5],
+        };
+        cache.remember(key, vec![seen], Duration::from_secs(60), 600_000);
+        let bounds = vec![vec![2, 5]];
+        let at = |now_ms| cache.lookup(&key, &policy, now_ms);
+        assert_eq!(at(600_999), Lookup::Trusted(bounds.clone()));
+        assert_eq!(at(601_000), Lookup::Revalidate(bounds.clone()));
+        assert_eq!(at(601_000), Lookup::Trusted(bounds.clone()), "claimed");
+        assert_eq!(at(601_999), Lookup::Trusted(bounds.clone()));
+        assert_eq!(at(602_000), Lookup::Revalidate(bounds.clone()));
+        // The multi-key path forgets a due entry, so the store decides.
+        assert_eq!(cache.lower_bounds(&key, &policy, 603_000), None);
+        assert_eq!(at(603_000), Lookup::Unknown);
+    }
+
+    #[test]
     fn entries_weigh_their_counts_and_bytes_bound_them() {
         let fine = Limit::new(1, 127_000, 127).unwrap();
         let policy = Policy::inline(vec![fine]).unwrap();
@@ -306,15 +377,15 @@ mod tests {
             bucket: 1,
             counts: vec![1; counts].into(),
         };
-        let small = Entry::new(smallvec::smallvec![seen(2)], Duration::from_secs(1));
-        let large = Entry::new(smallvec::smallvec![seen(128)], Duration::from_secs(1));
+        let small = Entry::new(smallvec::smallvec![seen(2)], Duration::from_secs(1), 0);
+        let large = Entry::new(smallvec::smallvec![seen(128)], Duration::from_secs(1), 0);
         assert!(large.bytes >= small.bytes + 1024, "{}", large.bytes);
 
         // Room for about 10 large entries; 100 are remembered.
         let cache = NearCache::bounded(1_000, 10 * u64::from(large.bytes) + 100);
         for index in 0..100 {
             let key = NearKey::new(KeyDigest::of("inline", &index.to_string()), &policy);
-            cache.remember(key, vec![seen(128)], Duration::from_secs(60));
+            cache.remember(key, vec![seen(128)], Duration::from_secs(60), 0);
         }
         assert!(cache.settled_weight() <= 10 * u64::from(large.bytes) + 100);
         assert!(cache.settled_len() <= 10, "{}", cache.settled_len());
@@ -323,7 +394,7 @@ mod tests {
         let cache = NearCache::bounded(10, DEFAULT_MAX_BYTES);
         for index in 0..100 {
             let key = NearKey::new(KeyDigest::of("inline", &index.to_string()), &policy);
-            cache.remember(key, vec![seen(2)], Duration::from_secs(60));
+            cache.remember(key, vec![seen(2)], Duration::from_secs(60), 0);
         }
         assert!(cache.settled_len() <= 10, "{}", cache.settled_len());
     }
@@ -333,7 +404,7 @@ mod tests {
         let policy = Policy::new("api", vec![Limit::new(5, 1000, 1).unwrap()]).unwrap();
         let cache = NearCache::new(0);
         let key = NearKey::new(KeyDigest::of("api", "k"), &policy);
-        cache.remember(key, vec![], Duration::from_secs(1));
+        cache.remember(key, vec![], Duration::from_secs(1), 0);
         assert_eq!(cache.lower_bounds(&key, &policy, 0), None);
     }
 }

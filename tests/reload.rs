@@ -414,6 +414,7 @@ tls_server_name = "cache.internal"
 [near_cache]
 capacity = 10
 max_bytes = 2000000
+revalidate_ms = 250
 [limits]
 max_counters = 32
 [failure]

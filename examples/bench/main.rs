@@ -161,7 +161,14 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         let row = measured(
             mc,
             me,
-            limiter_phase(limiter.clone(), roomy.clone(), callers, args.checks, limit, KEYS),
+            limiter_phase(
+                limiter.clone(),
+                roomy.clone(),
+                callers,
+                args.checks,
+                limit,
+                KEYS,
+            ),
         )
         .await;
         library.push(row);

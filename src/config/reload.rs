@@ -8,8 +8,38 @@
 //! they were. Reading a small file once a second costs nothing.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
-use super::{ClusterConfig, Config, ConfigError, Overrides, ServerGuard, TlsConfig};
+use serde::Deserialize;
+
+use super::{ClusterConfig, Config, ConfigError, Origin, Overrides, ServerGuard, TlsConfig};
+
+/// How often the configuration file is read for changes by default.
+pub const DEFAULT_WATCH: Duration = Duration::from_secs(1);
+
+/// The `[reload]` section: how often the files are read for changes.
+/// Applied live.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ReloadSection {
+    watch_ms: Option<u64>,
+}
+
+/// `reload.watch_ms`, checked; `None`: only SIGHUP reloads.
+pub(super) fn resolve_watch(
+    origin: &Origin,
+    file: &ReloadSection,
+) -> Result<Option<Duration>, ConfigError> {
+    match file.watch_ms {
+        None => Ok(Some(DEFAULT_WATCH)),
+        Some(0) => Ok(None),
+        Some(ms @ 100..=3_600_000) => Ok(Some(Duration::from_millis(ms))),
+        Some(ms) => Err(origin.file_error(
+            "reload.watch_ms",
+            format!("must be 0 (off) or from 100 to 3600000 ms, got {ms}"),
+        )),
+    }
+}
 
 /// Every key of the file that a reload puts in force at once. `policies`
 /// stands for all of `[policies.*]`.
@@ -17,6 +47,7 @@ pub const APPLIED_LIVE: &[&str] = &[
     "policies",
     "auth.trusted_proxies",
     "auth.deny_status",
+    "auth.exempt_addresses",
     "server.max_connections",
     "server.api_tokens",
     "server.api_tokens_file",
@@ -46,6 +77,7 @@ pub const RESTART_ONLY: &[&str] = &[
     "memcached.tls_server_name",
     "near_cache.capacity",
     "near_cache.max_bytes",
+    "near_cache.revalidate_ms",
     "limits.max_counters",
     "failure.mode",
     "rls.listen",
@@ -176,10 +208,12 @@ pub fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'static str>
         timeout,
         near_cache_capacity,
         near_cache_max_bytes,
+        near_cache_revalidate,
         max_counters,
         failure_mode,
         policies: _,
         auth: _,
+        exemptions: _,
         rls_listen,
         rls_config,
         rls_max_descriptors,
@@ -232,6 +266,10 @@ pub fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'static str>
         (
             "near_cache.max_bytes",
             *near_cache_max_bytes != new.near_cache_max_bytes,
+        ),
+        (
+            "near_cache.revalidate_ms",
+            *near_cache_revalidate != new.near_cache_revalidate,
         ),
         ("limits.max_counters", *max_counters != new.max_counters),
         ("failure.mode", *failure_mode != new.failure_mode),
@@ -324,6 +362,7 @@ tls_server_name = "cache.example"
 [near_cache]
 capacity = 7
 max_bytes = 1000000
+revalidate_ms = 250
 [limits]
 max_counters = 64
 [failure]
@@ -372,8 +411,10 @@ metrics_need_token = true
 [auth]
 trusted_proxies = ["10.0.0.0/8"]
 deny_status = 403
+exempt_addresses = ["192.0.2.0/24"]
 [policies.api]
 limits = [{ limit = 1, window = "1s" }]
+exempt_keys = ["health-checker", "internal-*"]
 "#,
         );
         assert_eq!(restart_only_changes(&running, &changed), Vec::<&str>::new());

@@ -14,16 +14,25 @@ pub enum Source {
     NearCache,
     /// The store failed; the failure mode decided.
     Fallback,
+    /// The key (or the client's address) is exempt: admitted, nothing read
+    /// or counted.
+    Exempt,
 }
 
 impl Source {
-    pub const ALL: [Source; 3] = [Source::Store, Source::NearCache, Source::Fallback];
+    pub const ALL: [Source; 4] = [
+        Source::Store,
+        Source::NearCache,
+        Source::Fallback,
+        Source::Exempt,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Source::Store => "store",
             Source::NearCache => "near_cache",
             Source::Fallback => "fallback",
+            Source::Exempt => "exempt",
         }
     }
 

@@ -66,6 +66,6 @@ impl<S: Store> Limiter<S> {
                 counts: counts.into(),
             });
         self.near_cache
-            .remember(near_key, seen, Duration::from_millis(lifetime));
+            .remember(near_key, seen, Duration::from_millis(lifetime), now_ms);
     }
 }

@@ -89,14 +89,25 @@ async fn authorize(
         Ok(served) => served,
         Err(message) => return api::error(StatusCode::BAD_REQUEST, message),
     };
-    let key = match auth_key(request.headers(), peer, &live.auth.trusted_proxies) {
+    let trusted = &live.auth.trusted_proxies;
+    let key = match auth_key(request.headers(), peer, trusted) {
         Ok(key) => key,
         Err(message) => return api::error(StatusCode::BAD_REQUEST, message),
     };
-    let decision = match app.limiter.check(&key, &served.policy, cost).await {
+    let policy = &served.policy;
+    let exempt = live.exemptions.exempts_key(policy.scope(), &key)
+        || client_address(request.headers(), peer, trusted)
+            .is_some_and(|address| live.exemptions.exempts_address(address));
+    if exempt {
+        let decision = app.limiter.exempt(policy);
+        app.ops.decided(policy.scope(), &key, &decision);
+        return api::respond(StatusCode::OK, Bytes::new(), |_| {});
+    }
+    let decision = match app.limiter.check(&key, policy, cost).await {
         Ok(decision) => decision,
         Err(error) => return check_error(error),
     };
+    app.ops.decided(policy.scope(), &key, &decision);
     let (status, body) = if decision.allowed {
         (StatusCode::OK, Bytes::new())
     } else {
@@ -139,6 +150,25 @@ fn auth_key(
         return Err("X-Forwarded-For: the client's hop is longer than 1024 bytes".to_owned());
     }
     Ok(String::from_utf8_lossy(client).into_owned())
+}
+
+/// The client's address, as [`auth_key`] finds it without `X-RateLimit-Key`
+/// (`None` when the client's hop is not an address): what
+/// `auth.exempt_addresses` is matched against, so that a client behind a
+/// trusted proxy is known by its own address, and cannot write it.
+fn client_address(
+    headers: &HeaderMap,
+    peer: SocketAddr,
+    trusted: &[crate::config::IpNet],
+) -> Option<IpAddr> {
+    let is_trusted = |ip: IpAddr| trusted.iter().any(|network| network.contains(ip));
+    if !is_trusted(peer.ip()) {
+        return Some(peer.ip());
+    }
+    match forwarded_client(headers, is_trusted) {
+        Some(hop) => hop_address(hop),
+        None => Some(peer.ip()),
+    }
 }
 
 /// The rightmost hop of every `X-Forwarded-For` line (in order, as one

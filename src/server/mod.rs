@@ -7,6 +7,7 @@ mod body;
 mod forward_auth;
 mod guard;
 mod metrics;
+pub mod ops;
 pub mod reload;
 #[cfg(feature = "grpc")]
 pub mod rls;
@@ -28,7 +29,7 @@ use tokio::net::TcpListener;
 use crate::clock::{Clock, SystemClock, WatchedClock};
 #[cfg(feature = "memcached")]
 use crate::config::ClockSource;
-use crate::config::{AuthConfig, Config, ServerGuard};
+use crate::config::{AuthConfig, Config, Exemptions, ServerGuard};
 use crate::limiter::Limiter;
 use crate::policy::Policy;
 use crate::store::{AnyStore, MemoryStore, StoreError};
@@ -51,6 +52,9 @@ pub struct App {
     /// swaps them; nothing waits but the swap itself.
     live: RwLock<Arc<Live>>,
     metrics: metrics::ServerMetrics,
+    /// What operators ask of this instance: recent decisions, most
+    /// limited keys.
+    ops: ops::Ops,
     /// Connection cap, API tokens, and the counters they keep.
     guard: guard::Guard,
     /// Envoy RLS rules, when configured: served by [`rls::serve`], counted
@@ -66,6 +70,8 @@ pub struct App {
 pub(crate) struct Live {
     pub policies: HashMap<String, api::Served>,
     pub auth: AuthConfig,
+    /// Keys and forward-auth clients never limited.
+    pub exemptions: Exemptions,
 }
 
 impl App {
@@ -84,11 +90,12 @@ impl App {
                     store.topology_source(),
                 )));
         }
-        let live = Self::live_of(&limiter, policies, auth);
+        let live = Self::live_of(&limiter, policies, auth, Exemptions::default());
         App {
             limiter,
             live: RwLock::new(Arc::new(live)),
             metrics,
+            ops: ops::Ops::default(),
             guard: guard::Guard::new(
                 ServerGuard::default(),
                 Arc::new(WatchedClock::new(SystemClock)),
@@ -104,6 +111,7 @@ impl App {
         limiter: &Limiter<AnyStore>,
         policies: impl IntoIterator<Item = Policy>,
         auth: AuthConfig,
+        exemptions: Exemptions,
     ) -> Live {
         let policies = policies
             .into_iter()
@@ -112,7 +120,11 @@ impl App {
                 (policy.scope().to_owned(), api::Served::new(policy))
             })
             .collect();
-        Live { policies, auth }
+        Live {
+            policies,
+            auth,
+            exemptions,
+        }
     }
 
     /// The policies and forward-auth settings in force now.
@@ -128,11 +140,39 @@ impl App {
     /// decided finish under the old ones; counters are kept, since a
     /// policy's counters are identified by its name, not its limits.
     pub fn apply(&self, policies: impl IntoIterator<Item = Policy>, auth: AuthConfig) {
-        let live = Arc::new(Self::live_of(&self.limiter, policies, auth));
+        let exemptions = self.live().exemptions.clone();
+        self.swap_live(Self::live_of(&self.limiter, policies, auth, exemptions));
+    }
+
+    /// [`apply`](Self::apply) what a configuration says, its exemptions
+    /// included, as one swap: a request sees all of it or none.
+    pub fn apply_config(&self, config: &Config) {
+        self.swap_live(Self::live_of(
+            &self.limiter,
+            config.policies.values().cloned(),
+            config.auth.clone(),
+            config.exemptions.clone(),
+        ));
+    }
+
+    /// Never limit these keys and forward-auth clients.
+    pub fn with_exemptions(self, exemptions: Exemptions) -> App {
+        let live = self.live();
+        let policies = live.policies.values().map(|served| served.policy.clone());
+        self.swap_live(Self::live_of(
+            &self.limiter,
+            policies,
+            live.auth.clone(),
+            exemptions,
+        ));
+        self
+    }
+
+    fn swap_live(&self, live: Live) {
         *self
             .live
             .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = live;
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Arc::new(live);
     }
 
     /// Names of the policies in force, sorted.
@@ -212,6 +252,7 @@ impl App {
             .timeout(config.timeout)
             .near_cache_capacity(config.near_cache_capacity)
             .near_cache_max_bytes(config.near_cache_max_bytes)
+            .near_cache_revalidate(config.near_cache_revalidate)
             .max_counters(config.max_counters)
             .local_capacity(config.memory_capacity)
             .failure_mode(config.failure_mode)
@@ -220,7 +261,8 @@ impl App {
             limiter,
             config.policies.values().cloned(),
             config.auth.clone(),
-        );
+        )
+        .with_exemptions(config.exemptions.clone());
         app.guard = guard::Guard::new(config.server.clone(), local_clock);
         #[cfg(feature = "grpc")]
         {

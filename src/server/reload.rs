@@ -72,7 +72,7 @@ pub fn reload_once(app: &App, reloader: &mut Reloader, why: &str) {
     match reloader.reload() {
         Ok(reloaded) => {
             let config = reloaded.config;
-            app.apply(config.policies.values().cloned(), config.auth.clone());
+            app.apply_config(&config);
             app.guard.apply(&config.server);
             let restart = !reloaded.needs_restart.is_empty();
             if restart {

@@ -11,6 +11,7 @@ use super::App;
 use super::api::{self, Body, Call};
 use super::body::read_body;
 use super::forward_auth::{forward_auth, forward_auth_path};
+use super::ops;
 use crate::limiter::{CheckError, Source};
 
 /// Who may call a route when `server.api_tokens` is set.
@@ -77,6 +78,11 @@ enum Handler {
     Health,
     Ready,
     Metrics,
+    Reset,
+    Limited,
+    Status,
+    OpenApi,
+    Page,
 }
 
 /// One route of the service.
@@ -117,6 +123,13 @@ pub const ROUTES: &[Route] = {
             Handler::Metrics,
             TokenIfMetricsNeedIt,
         ),
+        route(Post, Exact("/v1/reset"), Handler::Reset, Token),
+        route(Get, Exact("/v1/limited"), Handler::Limited, Token),
+        route(Get, Exact("/v1/status"), Handler::Status, Token),
+        // The contract and the page hold no data: the page asks
+        // /v1/status, with a token when one is needed.
+        route(Get, Exact("/openapi.json"), Handler::OpenApi, Open),
+        route(Get, Exact("/"), Handler::Page, Open),
     ]
 };
 
@@ -156,6 +169,11 @@ pub(crate) async fn handle(
         Handler::Health => api::json(StatusCode::OK, serde_json::json!({ "status": "ok" })),
         Handler::Ready => ready(app).await,
         Handler::Metrics => super::metrics::respond(app),
+        Handler::Reset => ops::reset(app, request).await,
+        Handler::Limited => ops::limited(app, &request),
+        Handler::Status => ops::status(app).await,
+        Handler::OpenApi => ops::openapi(),
+        Handler::Page => ops::page(),
     }
 }
 
@@ -181,6 +199,12 @@ async fn decide(app: &App, request: Request<Incoming>, operation: Operation) -> 
         Err(message) => return api::error(StatusCode::BAD_REQUEST, message),
     };
     let (limiter, policy) = (&app.limiter, &served.policy);
+    if live.exemptions.exempts_key(policy.scope(), &key) {
+        let decision = limiter.exempt(policy);
+        app.ops.decided(policy.scope(), &key, &decision);
+        // No RateLimit headers: the limits do not apply to this key.
+        return api::respond(StatusCode::OK, api::decision_json(&decision), |_| {});
+    }
     let outcome = match operation {
         Operation::Check => limiter.check(&key, policy, cost).await,
         Operation::Peek => limiter.peek(&key, policy, cost).await,
@@ -190,6 +214,9 @@ async fn decide(app: &App, request: Request<Incoming>, operation: Operation) -> 
         Ok(decision) => decision,
         Err(error) => return check_error(error),
     };
+    if let Operation::Check = operation {
+        app.ops.decided(policy.scope(), &key, &decision);
+    }
     let status = match operation {
         Operation::Report => StatusCode::OK,
         Operation::Check | Operation::Peek if decision.allowed => StatusCode::OK,
@@ -239,14 +266,18 @@ async fn ready(app: &App) -> Response<Body> {
         ),
     };
     if !readiness.nodes.is_empty() {
-        body["nodes"] = readiness
-            .nodes
-            .iter()
-            .map(|node| {
-                let state = if node.up { "up" } else { "down" };
-                serde_json::json!({ "node": node.node, "state": state })
-            })
-            .collect();
+        body["nodes"] = nodes_json(&readiness.nodes);
     }
     api::json(status, body)
+}
+
+/// Each node and whether it answered, as `/readyz` and `/v1/status` name them.
+pub(super) fn nodes_json(nodes: &[crate::store::NodeReadiness]) -> serde_json::Value {
+    nodes
+        .iter()
+        .map(|node| {
+            let state = if node.up { "up" } else { "down" };
+            serde_json::json!({ "node": node.node, "state": state })
+        })
+        .collect()
 }

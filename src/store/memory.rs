@@ -211,6 +211,16 @@ impl Shard {
         Some(value)
     }
 
+    /// Free the slot of `key`'s live counter; whether there was one.
+    fn remove(&mut self, key: &CounterKey, now_ms: u64) -> bool {
+        let Some(slot) = self.find(key, now_ms) else {
+            return false;
+        };
+        // An expiry of 0 marks a free slot.
+        self.words[3 * self.slots + slot] = 0;
+        true
+    }
+
     fn held(&self) -> usize {
         (0..self.slots).filter(|&slot| self.is_taken(slot)).count()
     }
@@ -320,6 +330,14 @@ impl Store for MemoryStore {
             .iter()
             .map(|key| self.shard(key).subtract(key, amount, now_ms))
             .collect())
+    }
+
+    async fn remove(&self, counters: &[CounterKey], now_ms: u64) -> Result<usize, StoreError> {
+        // Expired counters read 0 already: only live ones count as removed.
+        Ok(counters
+            .iter()
+            .filter(|key| self.shard(key).remove(key, now_ms))
+            .count())
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

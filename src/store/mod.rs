@@ -170,6 +170,14 @@ pub trait Store: Send + Sync + 'static {
         crate::join::join_all(calls)
     }
 
+    /// Remove counters (one key's: they live on one node), so that they
+    /// read 0: a reset. Returns how many existed at `now_ms`.
+    fn remove(
+        &self,
+        counters: &[CounterKey],
+        now_ms: u64,
+    ) -> impl Future<Output = Result<usize, StoreError>> + Send;
+
     /// Whether the store can decide: for a store of several nodes, whether
     /// any node answers (a lost node costs only its own keys).
     fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
@@ -229,6 +237,14 @@ impl<S: Store> Store for std::sync::Arc<S> {
         now_ms: u64,
     ) -> impl Future<Output = Vec<Result<Vec<Option<u64>>, StoreError>>> + Send + 'a {
         (**self).subtract_many(takes, now_ms)
+    }
+
+    fn remove(
+        &self,
+        counters: &[CounterKey],
+        now_ms: u64,
+    ) -> impl Future<Output = Result<usize, StoreError>> + Send {
+        (**self).remove(counters, now_ms)
     }
 
     fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
@@ -311,6 +327,14 @@ impl Store for AnyStore {
             AnyStore::Memory(store) => store.subtract_many(takes, now_ms).await,
             #[cfg(feature = "memcached")]
             AnyStore::Memcached(store) => store.subtract_many(takes, now_ms).await,
+        }
+    }
+
+    async fn remove(&self, counters: &[CounterKey], now_ms: u64) -> Result<usize, StoreError> {
+        match self {
+            AnyStore::Memory(store) => store.remove(counters, now_ms).await,
+            #[cfg(feature = "memcached")]
+            AnyStore::Memcached(store) => store.remove(counters, now_ms).await,
         }
     }
 

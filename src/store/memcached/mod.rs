@@ -544,6 +544,24 @@ impl Store for MemcachedStore {
             .collect()
     }
 
+    async fn remove(&self, counters: &[CounterKey], _now_ms: u64) -> Result<usize, StoreError> {
+        if counters.is_empty() {
+            return Ok(0);
+        }
+        let commands = counters.iter().copied().map(Command::Remove).collect();
+        // Sent even if the caller stops waiting: an operator who asked for
+        // a reset wants it done, and a delete done twice is done once.
+        let replies = self
+            .node_of(counters)?
+            .call(commands, Delivery::Always)
+            .await?;
+        replies.iter().try_fold(0, |removed, reply| match reply {
+            Reply::Value(_) => Ok(removed + 1),
+            Reply::Missing => Ok(removed),
+            other => Err(failed(other)),
+        })
+    }
+
     async fn ping(&self) -> Result<(), StoreError> {
         self.readiness().await.result
     }

@@ -41,6 +41,9 @@ pub enum Command {
     /// `ma <key> MD D<n> v`: subtract `n`, saturating at 0; `NF` when the
     /// counter is gone.
     Subtract { counter: CounterKey, amount: u64 },
+    /// `md <key> k`: delete a counter (a reset). Answers `HD k<key>`, read
+    /// as [`Reply::Value`] 0 (it reads 0 now), or `NF`, [`Reply::Missing`].
+    Remove(CounterKey),
     /// `mn`: answers `MN`, for health checks.
     Noop,
     /// `ma <ns>:clock:<expires> N<expires> J0 D0 t`: the shared clock's
@@ -55,7 +58,10 @@ impl Command {
     /// Whether a written command whose reply was lost may have changed a
     /// counter: its outcome is then unknown, and it must not be retried.
     pub fn changes_state(&self) -> bool {
-        matches!(self, Command::Add { .. } | Command::Subtract { .. })
+        matches!(
+            self,
+            Command::Add { .. } | Command::Subtract { .. } | Command::Remove(_)
+        )
     }
 }
 
@@ -147,6 +153,13 @@ pub fn encode(command: &Command, namespace: &str, opaque: u32, buffer: &mut Vec<
             write_number(*amount, buffer);
             buffer.extend_from_slice(b" v");
         }
+        Command::Remove(counter) => {
+            buffer.extend_from_slice(b"md ");
+            write_key(namespace, counter, buffer);
+            // `k` echoes the key: the mark by which a delete's `HD` is told
+            // from a bare `HD`, which no other command of ours should get.
+            buffer.extend_from_slice(b" k");
+        }
         Command::ClockProbe { expires } => {
             buffer.extend_from_slice(b"ma ");
             write_probe_key(namespace, *expires, buffer);
@@ -200,6 +213,7 @@ pub fn parse(buffer: &[u8]) -> Result<Option<Parsed>, Desync> {
     let mut opaque = None;
     let mut length = None;
     let mut ttl = None;
+    let mut echoed_key = false;
     for (index, token) in tokens.enumerate() {
         if index == 0 && code == ReturnCode::Va {
             length = Some(
@@ -211,6 +225,8 @@ pub fn parse(buffer: &[u8]) -> Result<Option<Parsed>, Desync> {
         } else if let Some(digits) = token.strip_prefix(b"t") {
             // `t-1` (no expiry) is not a number: the probe fails.
             ttl = parse_number(digits);
+        } else if token.starts_with(b"k") {
+            echoed_key = true;
         } else if let Some(digits) = token.strip_prefix(b"O") {
             opaque = Some(
                 parse_number(digits)
@@ -245,6 +261,8 @@ pub fn parse(buffer: &[u8]) -> Result<Option<Parsed>, Desync> {
         ReturnCode::Mn => Reply::Noop,
         // Only the clock probe asks for a TTL.
         ReturnCode::Hd if ttl.is_some() => Reply::Value(ttl.unwrap_or_default()),
+        // Only a delete asks for its key: deleted, the counter reads 0.
+        ReturnCode::Hd if echoed_key => Reply::Value(0),
         _ => Reply::Failed(format!("memcached answered {}", show(line))),
     };
     Ok(Some(Parsed { reply, opaque, len }))
@@ -332,6 +350,7 @@ mod tests {
             &mut buffer,
         );
         encode(&Command::Noop, "sg", 10, &mut buffer);
+        encode(&Command::Remove(counter()), "sg", 12, &mut buffer);
         encode(
             &Command::ClockProbe {
                 expires: 1_800_090_000,
@@ -344,7 +363,7 @@ mod tests {
         assert_eq!(
             String::from_utf8(buffer).unwrap(),
             format!(
-                "mg {key} v O7\r\nma {key} N122 J3 D3 v O8\r\nma {key} MD D3 v O9\r\nmn\r\n\
+                "mg {key} v O7\r\nma {key} N122 J3 D3 v O8\r\nma {key} MD D3 v O9\r\nmn\r\nmd {key} k O12\r\n\
                  ma sg:clock:1800090000 N1800090000 J0 D0 t O11\r\n"
             )
         );
@@ -397,6 +416,10 @@ mod tests {
             parse(b"HD t-1 O4\r\n").unwrap().unwrap().reply,
             Reply::Failed(_)
         ));
+        let deleted = parse(b"HD ksg:abc:60000.1:7 O4\r\n").unwrap().unwrap();
+        assert_eq!((deleted.reply, deleted.opaque), (Reply::Value(0), Some(4)));
+        let gone = parse(b"NF ksg:abc:60000.1:7 O5\r\n").unwrap().unwrap();
+        assert_eq!((gone.reply, gone.opaque), (Reply::Missing, Some(5)));
         let probe = parse(b"HD t86399 O4\r\n").unwrap().unwrap();
         assert_eq!((probe.reply, probe.opaque), (Reply::Value(86_399), Some(4)));
     }

@@ -1,0 +1,66 @@
+//! The command line: every flag, each with its `SLIDEGATE_*` environment
+//! twin. Flags win over the environment, which wins over the file.
+
+use std::path::PathBuf;
+
+/// Flags, each with its environment twin (clap reads the variable when the
+/// flag is absent, so flags win over the environment).
+#[derive(Clone, Debug, Default, clap::Parser)]
+#[command(
+    name = "slidegate",
+    version,
+    about = "Sliding-window rate limiter on Memcached"
+)]
+pub struct Overrides {
+    /// TOML configuration file.
+    #[arg(long, env = "SLIDEGATE_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Address to serve on [default: 127.0.0.1:8080].
+    #[arg(long, env = "SLIDEGATE_LISTEN", value_name = "ADDR")]
+    pub listen: Option<String>,
+    /// Memcached servers; none means the embedded in-memory store.
+    #[arg(
+        long,
+        env = "SLIDEGATE_MEMCACHED",
+        value_name = "HOST:PORT,...",
+        value_delimiter = ','
+    )]
+    pub memcached: Option<Vec<String>>,
+    /// An ElastiCache configuration endpoint: the node list comes from it.
+    #[arg(long, env = "SLIDEGATE_MEMCACHED_DISCOVERY", value_name = "HOST:PORT")]
+    pub memcached_discovery: Option<String>,
+    /// TLS to Memcached (ElastiCache encryption in transit).
+    #[arg(long, env = "SLIDEGATE_MEMCACHED_TLS")]
+    pub memcached_tls: bool,
+    /// Trust this CA (PEM) for Memcached's TLS instead of the system's roots.
+    #[arg(long, env = "SLIDEGATE_MEMCACHED_TLS_CA", value_name = "FILE")]
+    pub memcached_tls_ca: Option<PathBuf>,
+    /// Prefix of every Memcached key [default: sg].
+    #[arg(long, env = "SLIDEGATE_NAMESPACE", value_name = "NS")]
+    pub namespace: Option<String>,
+    /// What to decide when the store fails [default: allow].
+    #[arg(long, env = "SLIDEGATE_FAILURE_MODE", value_name = "allow|deny|local")]
+    pub failure_mode: Option<String>,
+    /// Store timeout in milliseconds [default: 50].
+    #[arg(long, env = "SLIDEGATE_TIMEOUT_MS", value_name = "MS")]
+    pub timeout_ms: Option<u64>,
+    /// Keys kept by the near-cache of hot rejects; 0 turns it off [default: 100000].
+    #[arg(long, env = "SLIDEGATE_NEAR_CACHE_CAPACITY", value_name = "KEYS")]
+    pub near_cache_capacity: Option<u64>,
+    /// How old a near-cache entry may be before it is read again from the store [default: 1000].
+    #[arg(long, env = "SLIDEGATE_NEAR_CACHE_REVALIDATE_MS", value_name = "MS")]
+    pub near_cache_revalidate_ms: Option<u64>,
+    /// Address to serve Envoy's rate-limit service (RLS v3 gRPC) on; off unless given.
+    #[arg(long, env = "SLIDEGATE_RLS_LISTEN", value_name = "ADDR")]
+    pub rls_listen: Option<String>,
+    /// envoyproxy/ratelimit YAML configuration: a file or a directory of them.
+    #[arg(long, env = "SLIDEGATE_RLS_CONFIG", value_name = "PATH")]
+    pub rls_config: Option<PathBuf>,
+    /// Counters the embedded in-memory store holds before it evicts [default: 1000000].
+    #[arg(long, env = "SLIDEGATE_MEMORY_CAPACITY", value_name = "COUNTERS")]
+    pub memory_capacity: Option<u64>,
+    /// API tokens, comma-separated, from `SLIDEGATE_API_TOKENS` only: a
+    /// flag would show them to anyone who can list processes.
+    #[arg(skip = std::env::var("SLIDEGATE_API_TOKENS").ok())]
+    pub api_tokens: Option<String>,
+}

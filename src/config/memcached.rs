@@ -1,0 +1,110 @@
+//! The `[memcached]` section: which nodes, under which namespace, how long
+//! to wait for them, over how many connections. Restart only: the store is
+//! built once. (Discovery and TLS, ElastiCache's keys of the same section,
+//! are `cluster.rs`'s.)
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{ClusterConfig, ConfigError, Origin, Overrides, cluster};
+use crate::limiter::DEFAULT_TIMEOUT;
+use crate::policy::{PLAIN_NAME_RULE, is_plain_name};
+use crate::store::DEFAULT_CONNECTIONS;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct MemcachedSection {
+    pub(super) servers: Option<Vec<String>>,
+    pub(super) timeout_ms: Option<u64>,
+    pub(super) namespace: Option<String>,
+    pub(super) connections: Option<usize>,
+    pub(super) discovery: Option<String>,
+    pub(super) discovery_interval_ms: Option<u64>,
+    pub(super) tls: Option<bool>,
+    pub(super) tls_ca_file: Option<PathBuf>,
+    pub(super) tls_server_name: Option<String>,
+}
+
+/// What the section settles.
+pub(super) struct Memcached {
+    pub servers: Vec<String>,
+    pub namespace: String,
+    pub connections: usize,
+    pub cluster: ClusterConfig,
+    pub timeout: Duration,
+}
+
+pub(super) fn resolve(
+    origin: &Origin,
+    file: &MemcachedSection,
+    overrides: &Overrides,
+) -> Result<Memcached, ConfigError> {
+    let servers: Vec<String> = overrides
+        .memcached
+        .clone()
+        .or_else(|| file.servers.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|server| server.trim().to_owned())
+        .filter(|server| !server.is_empty())
+        .collect();
+    let cluster = cluster::resolve(origin, file, overrides)?;
+    if !cfg!(feature = "memcached") && (!servers.is_empty() || cluster.discovery.is_some()) {
+        return Err(ConfigError(
+            "Memcached servers are configured, but this build has no `memcached` feature"
+                .to_owned(),
+        ));
+    }
+
+    let namespace = origin
+        .layered(
+            ("namespace", overrides.namespace.as_deref()),
+            ("memcached.namespace", file.namespace.as_deref()),
+            check_namespace,
+        )?
+        .unwrap_or_else(|| "sg".to_owned());
+
+    let timeout_ms = origin
+        .layered(
+            ("timeout-ms", overrides.timeout_ms.as_ref()),
+            ("memcached.timeout_ms", file.timeout_ms.as_ref()),
+            |ms| check_timeout(*ms),
+        )?
+        .unwrap_or(DEFAULT_TIMEOUT.as_millis() as u64);
+
+    let connections = match file.connections {
+        Some(count @ 1..=64) => count,
+        Some(count) => {
+            return Err(origin.file_error(
+                "memcached.connections",
+                format!("must be from 1 to 64, got {count}"),
+            ));
+        }
+        None => DEFAULT_CONNECTIONS,
+    };
+    Ok(Memcached {
+        servers,
+        namespace,
+        connections,
+        cluster,
+        timeout: Duration::from_millis(timeout_ms),
+    })
+}
+
+fn check_namespace(namespace: &str) -> Result<String, String> {
+    if is_plain_name(namespace) {
+        Ok(namespace.to_owned())
+    } else {
+        Err(format!("{namespace:?} must be {PLAIN_NAME_RULE}"))
+    }
+}
+
+fn check_timeout(ms: u64) -> Result<u64, String> {
+    if (1..=60_000).contains(&ms) {
+        Ok(ms)
+    } else {
+        Err(format!("must be from 1 to 60000 ms, got {ms}"))
+    }
+}

@@ -1,0 +1,164 @@
+//! The whole configuration, assembled: the design's example, defaults,
+//! layering of file, environment and flags, and messages naming fields.
+
+use super::*;
+use crate::limiter::DEFAULT_TIMEOUT;
+
+const EXAMPLE: &str = r#"
+listen = "127.0.0.1:9090"
+
+[memcached]
+servers = ["127.0.0.1:11211"]
+timeout_ms = 50
+namespace = "sg"
+
+[near_cache]
+capacity = 100000
+
+[failure]
+mode = "allow"
+
+[policies.api]
+limits = [{ limit = 10, window = "1s" },
+      { limit = 3000, window = "10m", precision = 10 }]
+"#;
+
+fn resolve(text: &str, overrides: &Overrides) -> Result<Config, String> {
+    Config::resolve(Some((Path::new("slidegate.toml"), text)), overrides).map_err(|e| e.to_string())
+}
+
+#[test]
+fn the_design_example_loads() {
+    let config = resolve(EXAMPLE, &Overrides::default()).unwrap();
+    assert_eq!(config.listen.to_string(), "127.0.0.1:9090");
+    assert_eq!(config.servers, ["127.0.0.1:11211"]);
+    assert_eq!(config.timeout, Duration::from_millis(50));
+    assert_eq!(config.policies["api"].limits().len(), 2);
+    assert_eq!(config.policies["api"].limits()[1].window().precision(), 10);
+}
+
+#[test]
+fn defaults_need_no_file() {
+    let config = Config::resolve(None, &Overrides::default()).unwrap();
+    assert_eq!(config.listen, DEFAULT_LISTEN);
+    assert_eq!(DEFAULT_LISTEN.to_string(), "127.0.0.1:8080");
+    assert!(
+        config.servers.is_empty(),
+        "no memcached: the in-memory store"
+    );
+    assert_eq!(config.failure_mode, FailureMode::Allow);
+    assert_eq!(config.timeout, DEFAULT_TIMEOUT);
+}
+
+#[test]
+fn flags_and_environment_override_the_file() {
+    let overrides = Overrides {
+        listen: Some("127.0.0.1:7000".into()),
+        memcached: Some(vec!["10.0.0.1:11211".into(), " 10.0.0.2:11211".into()]),
+        namespace: Some("prod".into()),
+        failure_mode: Some("deny".into()),
+        timeout_ms: Some(20),
+        near_cache_capacity: Some(0),
+        ..Overrides::default()
+    };
+    let config = resolve(EXAMPLE, &overrides).unwrap();
+    assert_eq!(config.listen.to_string(), "127.0.0.1:7000");
+    assert_eq!(config.servers, ["10.0.0.1:11211", "10.0.0.2:11211"]);
+    assert_eq!(config.namespace, "prod");
+    assert_eq!(config.failure_mode, FailureMode::Deny);
+    assert_eq!(config.timeout, Duration::from_millis(20));
+    assert_eq!(config.near_cache_capacity, 0);
+    // An empty server list turns Memcached off.
+    let overrides = Overrides {
+        memcached: Some(vec![String::new()]),
+        ..Overrides::default()
+    };
+    assert!(resolve(EXAMPLE, &overrides).unwrap().servers.is_empty());
+}
+
+#[test]
+fn bad_values_name_the_file_and_field() {
+    let cases = [
+        (
+            "listen = \"nowhere\"",
+            "slidegate.toml: listen: \"nowhere\" is not an IP address",
+        ),
+        ("[memcached]\nservrs = []", "unknown field `servrs`"),
+        (
+            "[memcached]\ntimeout_ms = 0",
+            "slidegate.toml: memcached.timeout_ms: must be from 1",
+        ),
+        (
+            "[memcached]\nnamespace = \"a b\"",
+            "slidegate.toml: memcached.namespace:",
+        ),
+        (
+            "[failure]\nmode = \"maybe\"",
+            "slidegate.toml: failure.mode: \"maybe\" is not one of",
+        ),
+        (
+            "[policies.api]\nlimits = [{ limit = 10, window = \"1s\", precision = 7 }]",
+            "slidegate.toml: policies.api.limits[0].precision: 7 does not divide",
+        ),
+        (
+            "[policies.api]\nlimits = [{ limit = 0, window = \"1s\" }]",
+            "policies.api.limits[0].limit:",
+        ),
+        (
+            "[policies.api]\nlimits = [{ limit = 1, window = \"1y\" }]",
+            "policies.api.limits[0].window:",
+        ),
+        (
+            "[policies.api]\nlimits = []",
+            "slidegate.toml: policies.api.limits: must not be empty",
+        ),
+        (
+            "[policies.inline]\nlimits = [{ limit = 1, window = \"1s\" }]",
+            "policies.inline: the name `inline` is reserved",
+        ),
+        (
+            "[auth]\ntrusted_proxies = [\"10.0.0.0/33\"]",
+            "auth.trusted_proxies[0]:",
+        ),
+        (
+            "[auth]\ndeny_status = 200",
+            "auth.deny_status: must be a 4xx or 5xx",
+        ),
+        ("listen = ", "slidegate.toml: TOML parse error"),
+    ];
+    for (text, expected) in cases {
+        let error = resolve(text, &Overrides::default()).unwrap_err();
+        assert!(error.contains(expected), "{text:?}: {error}");
+    }
+    let overrides = Overrides {
+        failure_mode: Some("open".into()),
+        ..Overrides::default()
+    };
+    let error = resolve("", &overrides).unwrap_err();
+    assert!(
+        error.starts_with("--failure-mode (or SLIDEGATE_FAILURE_MODE): "),
+        "{error}"
+    );
+}
+
+#[test]
+fn every_flag_has_the_environment_twin_its_errors_name() {
+    // Origin::layered derives `SLIDEGATE_X_Y` from `--x-y` for messages;
+    // the twins clap actually reads must be those names.
+    use clap::CommandFactory;
+    let command = Overrides::command();
+    let flags: Vec<_> = command
+        .get_arguments()
+        .filter(|arg| arg.get_long().is_some())
+        .collect();
+    assert_eq!(flags.len(), 14);
+    for arg in flags {
+        let long = arg.get_long().unwrap_or_default();
+        let twin = format!("SLIDEGATE_{}", long.to_uppercase().replace('-', "_"));
+        assert_eq!(
+            arg.get_env().and_then(|env| env.to_str()),
+            Some(twin.as_str()),
+            "--{long}"
+        );
+    }
+}

@@ -1,0 +1,80 @@
+//! [`Limiter::reset`]: a key's counters removed from the store, so that its
+//! next check starts from zero (`POST /v1/reset`). Other instances see it
+//! when their near-cache entry for the key is next revalidated.
+
+use super::*;
+use crate::store::Counters;
+
+impl<S: Store> Limiter<S> {
+    /// Remove `key`'s counters under `policy` from the store (and from
+    /// failure mode `local`'s counters, and this instance's near-cache).
+    /// Returns how many counters the store held.
+    pub async fn reset(&self, key: &str, policy: &Policy) -> Result<usize, CheckError> {
+        validate(key, policy, 1, self.max_counters)?;
+        let digest = KeyDigest::of(policy.scope(), key);
+        let now_ms = self.clock.now_ms();
+        let counters = reset_counters(digest, policy, now_ms);
+        // The local counters are in memory: removing them cannot fail.
+        let _ = self.local.remove(&counters, now_ms).await;
+        let removed = self
+            .timed(
+                Deadline::after(self.timeout),
+                self.store.remove(&counters, now_ms),
+            )
+            .await
+            .map_err(CheckError::StoreUnavailable)?;
+        // After the store, so that a refusal decided meanwhile on the old
+        // counts cannot be remembered past the reset here.
+        self.near_cache.forget(&NearKey::new(digest, policy));
+        Ok(removed)
+    }
+}
+
+/// Every counter a check of `policy` may read at `now_ms`, and each
+/// limit's next bucket too: an instance whose clock is slightly ahead, or
+/// a check in flight across the boundary, may already count there.
+fn reset_counters(digest: KeyDigest, policy: &Policy, now_ms: u64) -> Counters {
+    let mut counters = Counters::new();
+    for limit in policy.limits() {
+        let layout = layout(digest, limit, now_ms);
+        let next = CounterKey {
+            bucket: layout.current.bucket + 1,
+            ..layout.current
+        };
+        counters.extend(layout.older);
+        counters.extend([layout.current, next]);
+    }
+    counters
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::Limit;
+
+    #[tokio::test]
+    async fn a_reset_key_starts_from_zero_and_others_keep_their_counts() {
+        let clock = crate::ManualClock::new(1_700_000_000_000);
+        let limiter = Limiter::builder(MemoryStore::new())
+            .clock(clock.clone())
+            .build();
+        let policy = Policy::new("api", vec![Limit::new(2, 60_000, 6).unwrap()]).unwrap();
+        for key in ["a", "b"] {
+            for _ in 0..2 {
+                assert!(limiter.check(key, &policy, 1).await.unwrap().allowed);
+            }
+            clock.advance(Duration::from_secs(10));
+        }
+        assert!(!limiter.check("a", &policy, 1).await.unwrap().allowed);
+        assert_eq!(limiter.reset("a", &policy).await.unwrap(), 2);
+        let after = limiter.check("a", &policy, 1).await.unwrap();
+        assert!(after.allowed, "{after:?}");
+        assert_eq!(after.source, Source::Store);
+        assert!(!limiter.check("b", &policy, 1).await.unwrap().allowed);
+        assert_eq!(limiter.reset("never-seen", &policy).await.unwrap(), 0);
+        assert!(matches!(
+            limiter.reset("", &policy).await,
+            Err(CheckError::InvalidKey(_))
+        ));
+    }
+}

@@ -1,0 +1,83 @@
+//! Refusals from the near-cache, and their revalidation: an entry older
+//! than the interval is checked against the store by one check (a read,
+//! nothing counted) before it refuses again, so that a reset or an evicted
+//! counter reaches every instance within the interval, while a hot key
+//! still costs at most one store read per interval.
+
+use super::*;
+use crate::near_cache::Lookup;
+
+impl<S: Store> Limiter<S> {
+    /// The near-cache's refusal of this request, if it has one; `None`:
+    /// the store decides.
+    pub(super) async fn near_cache_refusal(
+        &self,
+        digest: KeyDigest,
+        near_key: NearKey,
+        policy: &Policy,
+        cost: u64,
+        now_ms: u64,
+        deadline: Deadline,
+    ) -> Option<Decision> {
+        let (bounds, due) = match self.near_cache.lookup(&near_key, policy, now_ms) {
+            Lookup::Unknown => return None,
+            Lookup::Trusted(bounds) => (bounds, false),
+            Lookup::Revalidate(bounds) => (bounds, true),
+        };
+        let verdict = window::decide(policy.limits(), &bounds, now_ms, cost, Counting::Never);
+        if verdict.allowed {
+            return None;
+        }
+        if !due {
+            return Some(Decision::new(verdict, Source::NearCache));
+        }
+        match self
+            .read_again(digest, near_key, policy, cost, now_ms, deadline)
+            .await
+        {
+            Reread::StillRefused(decision) => Some(decision),
+            Reread::Admits => None,
+            // The entry is still the best knowledge there is, and a store
+            // outage must not turn hot rejects into admissions.
+            Reread::StoreFailed => Some(Decision::new(verdict, Source::NearCache)),
+        }
+    }
+
+    /// Read the key's counters, counting nothing. Still refused: the fresh
+    /// counts are remembered. Admitted now (a reset, an eviction): the
+    /// entry is forgotten, and the check goes on to count as usual.
+    async fn read_again(
+        &self,
+        digest: KeyDigest,
+        near_key: NearKey,
+        policy: &Policy,
+        cost: u64,
+        now_ms: u64,
+        deadline: Deadline,
+    ) -> Reread {
+        let layouts: Vec<Layout> = policy
+            .limits()
+            .iter()
+            .map(|limit| layout(digest, limit, now_ms))
+            .collect();
+        let batch = counters::batch(&layouts, cost, Counting::Never, now_ms);
+        let Ok(found) = self.timed(deadline, self.store.read_and_add(&batch)).await else {
+            return Reread::StoreFailed;
+        };
+        let counts = counters::counts_before(&layouts, &batch, found);
+        let verdict = window::decide(policy.limits(), &counts, now_ms, cost, Counting::Never);
+        if verdict.allowed {
+            self.near_cache.forget(&near_key);
+            return Reread::Admits;
+        }
+        self.remember(near_key, policy, &counts, None, cost, now_ms);
+        Reread::StillRefused(Decision::new(verdict, Source::Store))
+    }
+}
+
+/// What reading an old entry's counters again found.
+enum Reread {
+    StillRefused(Decision),
+    Admits,
+    StoreFailed,
+}

@@ -1,0 +1,212 @@
+//! Operator faces over the same [`Limiter`](crate::Limiter): a key reset
+//! everywhere (`POST /v1/reset`), the most limited keys (`GET
+//! /v1/limited`), what the status page shows (`GET /v1/status`, and the
+//! page itself at `/`), and the OpenAPI document of the whole API (`GET
+//! /openapi.json`).
+
+mod recent;
+mod top_refused;
+
+pub use top_refused::{DEFAULT_CAPACITY, Refused, TopRefused};
+
+use std::sync::Mutex;
+
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{CONTENT_TYPE, HeaderValue};
+use hyper::{Request, Response, StatusCode};
+
+use super::App;
+use super::api::{self, Body, Call};
+use super::body::read_body;
+use super::routes::{check_error, nodes_json};
+use crate::clock::{Clock, SystemClock};
+use crate::limiter::Decision;
+use recent::{Kind, RecentDecisions};
+
+/// `GET /v1/limited` answers 20 keys unless asked, and at most this many.
+const MAX_TOP: usize = 1000;
+const DEFAULT_TOP: usize = 20;
+
+/// The OpenAPI 3.1 document of the HTTP API, kept in the repository.
+const OPENAPI: &str = include_str!("../../../docs/openapi.json");
+/// The status page: one HTML file with its script and style inline.
+const STATUS_PAGE: &str = include_str!("status.html");
+
+/// What this instance remembers of its decisions for operators.
+pub(crate) struct Ops {
+    top: Mutex<TopRefused>,
+    recent: RecentDecisions,
+}
+
+impl Default for Ops {
+    fn default() -> Ops {
+        Ops {
+            top: Mutex::new(TopRefused::new(DEFAULT_CAPACITY)),
+            recent: RecentDecisions::default(),
+        }
+    }
+}
+
+impl Ops {
+    /// One decision of a check or forward-auth: counted for the page, and
+    /// a refusal for the most limited keys.
+    pub fn decided(&self, policy: &str, key: &str, decision: &Decision) {
+        let now_ms = SystemClock.now_ms();
+        let kind = Kind::of(decision);
+        self.recent.count(policy, kind, now_ms);
+        if kind == Kind::Refused {
+            self.top
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .record(policy, key, now_ms);
+        }
+    }
+
+    fn top(&self, top: usize) -> Vec<serde_json::Value> {
+        let now_ms = SystemClock.now_ms();
+        let found = self
+            .top
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .top(top, now_ms);
+        found
+            .into_iter()
+            .map(|refused| {
+                serde_json::json!({
+                    "key": refused.key,
+                    "policy": refused.policy,
+                    "refused": refused.refused,
+                    "last_refused_ms_ago": now_ms.saturating_sub(refused.last_refused_ms),
+                })
+            })
+            .collect()
+    }
+}
+
+/// `POST /v1/reset`: the key's counters of those limits removed from the
+/// store; the next check starts from zero.
+pub(super) async fn reset(app: &App, request: Request<Incoming>) -> Response<Body> {
+    let body = match read_body(request).await {
+        Ok(body) => body,
+        Err(response) => return response,
+    };
+    let live = app.live();
+    let Call { key, served, .. } = match api::parse_call(&body, &live.policies) {
+        Ok(call) => call,
+        Err(message) => return api::error(StatusCode::BAD_REQUEST, message),
+    };
+    match app.limiter.reset(&key, &served.policy).await {
+        Ok(removed) => {
+            tracing::info!(
+                policy = served.policy.scope(),
+                counters = removed,
+                "key reset"
+            );
+            api::json(
+                StatusCode::OK,
+                serde_json::json!({
+                    "reset": true,
+                    "key": key,
+                    "policy": served.policy.scope(),
+                    "counters_removed": removed,
+                }),
+            )
+        }
+        Err(error) => check_error(error),
+    }
+}
+
+/// `GET /v1/limited?top=N`.
+pub(super) fn limited(app: &App, request: &Request<Incoming>) -> Response<Body> {
+    let mut top = DEFAULT_TOP;
+    for (name, value) in form_urlencoded::parse(request.uri().query().unwrap_or("").as_bytes()) {
+        match name.as_ref() {
+            "top" => match value.parse::<usize>() {
+                Ok(n @ 1..=MAX_TOP) => top = n,
+                _ => {
+                    return api::error(
+                        StatusCode::BAD_REQUEST,
+                        format!("top: must be a whole number from 1 to {MAX_TOP}, got {value:?}"),
+                    );
+                }
+            },
+            other => {
+                return api::error(
+                    StatusCode::BAD_REQUEST,
+                    format!("{other}: unknown query parameter"),
+                );
+            }
+        }
+    }
+    api::json(
+        StatusCode::OK,
+        serde_json::json!({ "keys": app.ops.top(top) }),
+    )
+}
+
+/// `GET /v1/status`: what the status page shows.
+pub(super) async fn status(app: &App) -> Response<Body> {
+    let now_ms = SystemClock.now_ms();
+    let live = app.live();
+    let mut names: Vec<&String> = live.policies.keys().collect();
+    names.sort_unstable();
+    let policies: Vec<serde_json::Value> = names
+        .into_iter()
+        .map(|name| {
+            let policy = &live.policies[name].policy;
+            let limits: Vec<serde_json::Value> = policy
+                .limits()
+                .iter()
+                .map(|limit| {
+                    serde_json::json!({
+                        "limit": limit.limit(),
+                        "window_ms": limit.window().window_ms(),
+                        "precision": limit.window().precision(),
+                    })
+                })
+                .collect();
+            serde_json::json!({
+                "name": name,
+                "limits": limits,
+                "shadow": policy.is_shadow(),
+                "last_minute": app.ops.recent.minute(name, now_ms),
+            })
+        })
+        .collect();
+    let readiness = app.limiter.readiness().await;
+    let store = serde_json::json!({
+        "kind": crate::store::Store::kind(app.limiter.store()),
+        "ready": readiness.result.is_ok(),
+        "nodes": nodes_json(&readiness.nodes),
+    });
+    api::json(
+        StatusCode::OK,
+        serde_json::json!({
+            "policies": policies,
+            "store": store,
+            "limited": app.ops.top(DEFAULT_TOP),
+        }),
+    )
+}
+
+/// `GET /openapi.json`.
+pub(super) fn openapi() -> Response<Body> {
+    api::respond(
+        StatusCode::OK,
+        Bytes::from_static(OPENAPI.as_bytes()),
+        |_| {},
+    )
+}
+
+/// `GET /`: the status page. It reads `/v1/status` itself, every few
+/// seconds, with the token given in the page's address (`#token=...`)
+/// when the API needs one: the page holds no data, so it is open.
+pub(super) fn page() -> Response<Body> {
+    let mut response = Response::new(Full::new(Bytes::from_static(STATUS_PAGE.as_bytes())));
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    response
+}

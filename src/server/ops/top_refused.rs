@@ -1,0 +1,228 @@
+//! The keys this instance refused most over the last minute, in bounded
+//! memory whatever the number of distinct keys: a ring of six Space-Saving
+//! sketches (Metwally, Agrawal and El Abbadi, 2005), one per 10 seconds,
+//! each of a fixed number of counters.
+//!
+//! Space-Saving keeps `capacity` (key, count) pairs. A key already held is
+//! counted; a new key takes the place of the smallest count and inherits
+//! it, plus one. Every key refused more than `n / capacity` times in a
+//! slice is certain to be held, and its count is over-estimated by at most
+//! the count it inherited, so the heavy hitters come out on top in order
+//! while a flood of one-shot keys only churns the bottom. Pure: the caller
+//! gives the time.
+
+use std::collections::{BTreeSet, HashMap};
+
+/// Counters per 10-second sketch.
+pub const DEFAULT_CAPACITY: usize = 1024;
+/// The ring: six slices of 10 s, the last minute.
+const SLICES: usize = 6;
+const SLICE_MS: u64 = 10_000;
+
+/// One key of the answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refused {
+    pub policy: String,
+    pub key: String,
+    /// Refusals over the last minute (an over-estimate by at most the
+    /// count a new key inherits in a full sketch).
+    pub refused: u64,
+    pub last_refused_ms: u64,
+}
+
+/// The most refused keys of the last minute.
+pub struct TopRefused {
+    capacity: usize,
+    /// Each slice and the 10-second period it holds.
+    slices: Vec<(u64, SpaceSaving)>,
+    /// `policy \0 key`, reused so that counting a held key allocates nothing.
+    scratch: String,
+}
+
+impl TopRefused {
+    pub fn new(capacity: usize) -> TopRefused {
+        TopRefused {
+            capacity: capacity.max(1),
+            slices: Vec::with_capacity(SLICES),
+            scratch: String::new(),
+        }
+    }
+
+    /// One refusal of `key` under `policy` at `now_ms`.
+    pub fn record(&mut self, policy: &str, key: &str, now_ms: u64) {
+        let period = now_ms / SLICE_MS;
+        let at = (period % SLICES as u64) as usize;
+        if self.slices.len() <= at {
+            let capacity = self.capacity;
+            self.slices
+                .resize_with(at + 1, || (u64::MAX, SpaceSaving::new(capacity)));
+        }
+        let (held, sketch) = &mut self.slices[at];
+        if *held != period {
+            // A slice of a minute ago: its memory is reused as it is.
+            *held = period;
+            sketch.clear();
+        }
+        self.scratch.clear();
+        self.scratch.push_str(policy);
+        self.scratch.push('\0');
+        self.scratch.push_str(key);
+        sketch.count(&self.scratch, now_ms);
+    }
+
+    /// The `top` most refused keys of the minute before `now_ms`, most
+    /// refused first (the most recent first among equals).
+    pub fn top(&self, top: usize, now_ms: u64) -> Vec<Refused> {
+        let period = now_ms / SLICE_MS;
+        let mut merged: HashMap<&str, (u64, u64)> = HashMap::new();
+        let live = self
+            .slices
+            .iter()
+            .filter(|(held, _)| *held <= period && period - *held < SLICES as u64);
+        for (_, sketch) in live {
+            for slot in &sketch.slots {
+                let entry = merged.entry(&slot.id).or_default();
+                entry.0 += slot.count;
+                entry.1 = entry.1.max(slot.last_ms);
+            }
+        }
+        let mut keys: Vec<(&str, (u64, u64))> = merged.into_iter().collect();
+        keys.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
+        keys.into_iter()
+            .take(top)
+            .map(|(id, (refused, last_refused_ms))| {
+                let (policy, key) = id.split_once('\0').unwrap_or(("", id));
+                Refused {
+                    policy: policy.to_owned(),
+                    key: key.to_owned(),
+                    refused,
+                    last_refused_ms,
+                }
+            })
+            .collect()
+    }
+
+    /// Keys held across the ring: at most six times the capacity.
+    pub fn held(&self) -> usize {
+        self.slices
+            .iter()
+            .map(|(_, sketch)| sketch.slots.len())
+            .sum()
+    }
+}
+
+/// One Space-Saving sketch.
+struct SpaceSaving {
+    capacity: usize,
+    slots: Vec<Slot>,
+    /// Where each held key's slot is.
+    index: HashMap<Box<str>, usize>,
+    /// Slots by count, smallest first: the one a new key takes.
+    by_count: BTreeSet<(u64, usize)>,
+}
+
+struct Slot {
+    id: Box<str>,
+    count: u64,
+    last_ms: u64,
+}
+
+impl SpaceSaving {
+    fn new(capacity: usize) -> SpaceSaving {
+        SpaceSaving {
+            capacity,
+            slots: Vec::new(),
+            index: HashMap::new(),
+            by_count: BTreeSet::new(),
+        }
+    }
+
+    fn clear(&mut self) {
+        self.slots.clear();
+        self.index.clear();
+        self.by_count.clear();
+    }
+
+    fn count(&mut self, id: &str, now_ms: u64) {
+        if let Some(&at) = self.index.get(id) {
+            let slot = &mut self.slots[at];
+            self.by_count.remove(&(slot.count, at));
+            slot.count += 1;
+            slot.last_ms = now_ms;
+            self.by_count.insert((slot.count, at));
+            return;
+        }
+        if self.slots.len() < self.capacity {
+            let at = self.slots.len();
+            self.slots.push(Slot {
+                id: id.into(),
+                count: 1,
+                last_ms: now_ms,
+            });
+            self.index.insert(id.into(), at);
+            self.by_count.insert((1, at));
+            return;
+        }
+        let Some((smallest, at)) = self.by_count.pop_first() else {
+            return;
+        };
+        let slot = &mut self.slots[at];
+        self.index.remove(&slot.id);
+        slot.id = id.into();
+        slot.count = smallest + 1;
+        slot.last_ms = now_ms;
+        self.index.insert(id.into(), at);
+        self.by_count.insert((slot.count, at));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_most_refused_come_first_through_a_flood_of_one_shot_keys() {
+        // 5,600 refusals in one slice of 64 counters: a key refused more
+        // than 5600 / 64 = 87.5 times is held, over-estimated by at most
+        // that, so 300, 200 and 100 come out in order above any one-shot key.
+        let mut top = TopRefused::new(64);
+        let t0 = 1_700_000_000_000;
+        for round in 0..100u64 {
+            let now = t0 + round * 100;
+            for _ in 0..3 {
+                top.record("api", "heavy", now);
+            }
+            top.record("api", "medium", now);
+            top.record("api", "medium", now);
+            top.record("login", "light", now);
+            for one_shot in 0..50 {
+                top.record("api", &format!("flood-{round}-{one_shot}"), now);
+            }
+        }
+        let found = top.top(3, t0 + 10_000);
+        let names: Vec<_> = found
+            .iter()
+            .map(|r| (r.policy.as_str(), r.key.as_str()))
+            .collect();
+        assert_eq!(
+            names,
+            [("api", "heavy"), ("api", "medium"), ("login", "light")]
+        );
+        assert!(found[0].refused >= 300, "{found:?}");
+        assert_eq!(found[0].last_refused_ms, t0 + 9_900);
+        assert!(top.held() <= 64 * SLICES);
+    }
+
+    #[test]
+    fn a_minute_later_nothing_is_left() {
+        let mut top = TopRefused::new(8);
+        top.record("api", "k", 0);
+        top.record("api", "k", 30_000);
+        assert_eq!(top.top(10, 30_000)[0].refused, 2);
+        assert_eq!(top.top(10, 65_000)[0].refused, 1, "the first slice left");
+        assert!(top.top(10, 95_000).is_empty());
+        // A slice is reused when its period comes round again.
+        top.record("api", "other", 120_000);
+        assert_eq!(top.top(10, 120_000).len(), 1);
+    }
+}
