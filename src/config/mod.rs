@@ -25,6 +25,9 @@ use crate::store::MemcachedOptions;
 
 mod cluster;
 pub mod reload;
+mod rlqs;
+
+pub use rlqs::{BucketRule, RlqsConfig, Unmatched};
 
 pub use cluster::{ClusterConfig, TlsConfig};
 
@@ -92,6 +95,9 @@ pub struct Overrides {
     /// envoyproxy/ratelimit YAML configuration: a file or a directory of them.
     #[arg(long, env = "SLIDEGATE_RLS_CONFIG", value_name = "PATH")]
     pub rls_config: Option<PathBuf>,
+    /// Address to serve Envoy's rate-limit quota service (RLQS v3 gRPC) on; off unless given.
+    #[arg(long, env = "SLIDEGATE_RLQS_LISTEN", value_name = "ADDR")]
+    pub rlqs_listen: Option<String>,
     /// Counters the embedded in-memory store holds before it evicts [default: 1000000].
     #[arg(long, env = "SLIDEGATE_MEMORY_CAPACITY", value_name = "COUNTERS")]
     pub memory_capacity: Option<u64>,
@@ -120,6 +126,8 @@ struct FileConfig {
     policies: BTreeMap<String, PolicySection>,
     #[serde(default)]
     rls: RlsSection,
+    #[serde(default)]
+    rlqs: rlqs::RlqsSection,
     #[serde(default)]
     reload: ReloadSection,
     #[serde(default)]
@@ -220,6 +228,8 @@ pub struct Config {
     pub rls_config: Option<PathBuf>,
     /// The most descriptors one RLS request may carry.
     pub rls_max_descriptors: usize,
+    /// Envoy RLQS: its listener and bucket rules.
+    pub rlqs: RlqsConfig,
     /// How often the file is read for changes, to reload it; `None`: only
     /// on SIGHUP.
     pub watch: Option<Duration>,
@@ -445,6 +455,8 @@ impl Config {
             ));
         }
 
+        let rlqs = rlqs::resolve(&origin, overrides, &file.rlqs, max_counters)?;
+
         let watch = match file.reload.watch_ms {
             None => Some(DEFAULT_WATCH),
             Some(0) => None,
@@ -482,6 +494,7 @@ impl Config {
             rls_listen,
             rls_config,
             rls_max_descriptors,
+            rlqs,
             watch,
             memory_capacity: guards.memory_capacity,
             server: guards.server,
@@ -785,7 +798,7 @@ limits = [{ limit = 10, window = "1s" },
             .get_arguments()
             .filter(|arg| arg.get_long().is_some())
             .collect();
-        assert_eq!(flags.len(), 13);
+        assert_eq!(flags.len(), 14);
         for arg in flags {
             let long = arg.get_long().unwrap_or_default();
             let twin = format!("SLIDEGATE_{}", long.to_uppercase().replace('-', "_"));

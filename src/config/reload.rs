@@ -9,7 +9,7 @@
 
 use std::path::PathBuf;
 
-use super::{ClusterConfig, Config, ConfigError, Overrides, ServerGuard, TlsConfig};
+use super::{ClusterConfig, Config, ConfigError, Overrides, RlqsConfig, ServerGuard, TlsConfig};
 
 /// Every key of the file that a reload puts in force at once. `policies`
 /// stands for all of `[policies.*]`.
@@ -22,6 +22,10 @@ pub const APPLIED_LIVE: &[&str] = &[
     "server.api_tokens_file",
     "server.metrics_need_token",
     "reload.watch_ms",
+    "rlqs.assignment_ttl",
+    "rlqs.abandon_after",
+    "rlqs.unmatched",
+    "rlqs.buckets",
 ];
 
 /// Every key that only a restart applies: the listeners, the store and
@@ -51,6 +55,7 @@ pub const RESTART_ONLY: &[&str] = &[
     "rls.listen",
     "rls.config",
     "rls.max_descriptors",
+    "rlqs.listen",
     "memory.capacity",
     "clock.source",
 ];
@@ -183,6 +188,7 @@ pub fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'static str>
         rls_listen,
         rls_config,
         rls_max_descriptors,
+        rlqs,
         watch: _,
         memory_capacity,
         server,
@@ -201,6 +207,14 @@ pub fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'static str>
         // Not a key of the file: a constant of the server.
         quiet_timeout: _,
     } = server;
+    let RlqsConfig {
+        listen: rlqs_listen,
+        // Applied live by the RLQS service.
+        assignment_ttl: _,
+        abandon_after: _,
+        unmatched: _,
+        buckets: _,
+    } = rlqs;
     let tls_part = |tls: &Option<TlsConfig>| {
         let TlsConfig {
             ca_file,
@@ -241,6 +255,7 @@ pub fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'static str>
             "rls.max_descriptors",
             *rls_max_descriptors != new.rls_max_descriptors,
         ),
+        ("rlqs.listen", *rlqs_listen != new.rlqs.listen),
         ("memory.capacity", *memory_capacity != new.memory_capacity),
         ("clock.source", *clock_source != new.clock_source),
     ];
@@ -332,6 +347,8 @@ mode = "deny"
 listen = "127.0.0.1:9998"
 config = "rules.yaml"
 max_descriptors = 8
+[rlqs]
+listen = "127.0.0.1:9997"
 [memory]
 capacity = 5
 [clock]
@@ -374,6 +391,14 @@ trusted_proxies = ["10.0.0.0/8"]
 deny_status = 403
 [policies.api]
 limits = [{ limit = 1, window = "1s" }]
+[rlqs]
+assignment_ttl = "5s"
+abandon_after = "30s"
+unmatched = "deny"
+[[rlqs.buckets]]
+match = { name = "api" }
+limit = 10
+window = "1m"
 "#,
         );
         assert_eq!(restart_only_changes(&running, &changed), Vec::<&str>::new());

@@ -5,9 +5,13 @@
 pub(crate) mod api;
 mod body;
 mod forward_auth;
+#[cfg(feature = "grpc")]
+mod grpc;
 mod guard;
 mod metrics;
 pub mod reload;
+#[cfg(feature = "grpc")]
+pub mod rlqs;
 #[cfg(feature = "grpc")]
 pub mod rls;
 mod routes;
@@ -60,6 +64,10 @@ pub struct App {
     /// The most descriptors one `ShouldRateLimit` request may carry.
     #[cfg(feature = "grpc")]
     rls_max_descriptors: usize,
+    /// Envoy RLQS settings and streams' demand: served by [`rlqs::serve`],
+    /// counted in /metrics, reloaded live.
+    #[cfg(feature = "grpc")]
+    rlqs: Option<Arc<rlqs::Rlqs>>,
 }
 
 /// The settings that change without a restart.
@@ -97,6 +105,8 @@ impl App {
             rls: None,
             #[cfg(feature = "grpc")]
             rls_max_descriptors: crate::config::DEFAULT_RLS_MAX_DESCRIPTORS,
+            #[cfg(feature = "grpc")]
+            rlqs: None,
         }
     }
 
@@ -169,6 +179,25 @@ impl App {
         self
     }
 
+    /// Serve Envoy RLQS with these `[rlqs]` settings (see [`rlqs::serve`]).
+    #[cfg(feature = "grpc")]
+    pub fn with_rlqs(mut self, config: &crate::config::RlqsConfig) -> App {
+        let rlqs = Arc::new(rlqs::Rlqs::new(config));
+        self.metrics
+            .registry_mut()
+            .register_collector(Box::new(rlqs::RlqsCollector(rlqs.clone())));
+        self.rlqs = Some(rlqs);
+        self
+    }
+
+    /// Put reloaded `[rlqs]` settings in force (all but the listener).
+    #[cfg(feature = "grpc")]
+    pub(crate) fn apply_rlqs(&self, config: &crate::config::RlqsConfig) {
+        if let Some(rlqs) = &self.rlqs {
+            rlqs.apply(config);
+        }
+    }
+
     /// Build the store and the limiter a configuration describes. With no
     /// Memcached server configured, counters live in this process.
     pub async fn from_config(config: &Config) -> Result<App, StoreError> {
@@ -225,6 +254,7 @@ impl App {
         #[cfg(feature = "grpc")]
         {
             app.rls_max_descriptors = config.rls_max_descriptors;
+            app = app.with_rlqs(&config.rlqs);
         }
         #[cfg(feature = "memcached")]
         {
