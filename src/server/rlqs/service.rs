@@ -73,20 +73,35 @@ impl RateLimitQuotaService for RlqsService {
 
 impl RlqsService {
     /// Answer one stream until the client ends it, sends what cannot be
-    /// answered (the stream ends with that error; others go on), or goes.
+    /// answered (the stream ends with that error; others go on), goes, or
+    /// sends nothing for the quiet timeout (Envoy reports every interval,
+    /// and opens a new stream with its next report).
     async fn run(self, mut inbound: Streaming<RateLimitQuotaUsageReports>, outbound: Outbound) {
         let _open = self.rlqs.metrics.opened();
         let mut stream = StreamState::new(NEXT_STREAM.fetch_add(1, Ordering::Relaxed));
         let mut sweep = tokio::time::interval(SWEEP_EVERY);
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let quiet_timeout = self.app.guard.quiet_timeout();
+        let mut heard_at = tokio::time::Instant::now();
         loop {
             let answer = tokio::select! {
                 message = inbound.message() => match message {
-                    Ok(Some(reports)) => self.answer(&mut stream, &reports).await,
+                    Ok(Some(reports)) => {
+                        heard_at = tokio::time::Instant::now();
+                        self.answer(&mut stream, &reports).await
+                    }
                     // The client closed its side, or the connection went.
                     Ok(None) | Err(_) => break,
                 },
-                _ = sweep.tick() => Ok(self.abandon(&mut stream)),
+                _ = sweep.tick() => {
+                    if heard_at.elapsed() >= quiet_timeout {
+                        Err(Status::unavailable(format!(
+                            "no usage report for {quiet_timeout:?}: stream closed"
+                        )))
+                    } else {
+                        Ok(self.abandon(&mut stream))
+                    }
+                }
                 () = outbound.closed() => break,
             };
             let failed = answer.is_err();
@@ -189,7 +204,7 @@ impl RlqsService {
         };
         let demanded = usage.allowed + usage.denied;
         let own_demand = demanded as f64 / elapsed_s.max(1.0);
-        let local = self.rlqs.demands.set(&key, stream.id, own_demand);
+        let local = self.rlqs.demands.set(&key, stream.id, own_demand, now_ms);
 
         let limiter = self.app.limiter();
         let (counted, fleet) = tokio::join!(
@@ -212,14 +227,18 @@ impl RlqsService {
                 short_ttl(elapsed_s, ttl_s),
             ));
         }
-        // The fleet's demand, per second, when the shared counter answers.
+        // The fleet's demand, per second, when the shared counter answers:
+        // over the part of the window that can hold the bucket's history,
+        // or a new bucket's demand would read as a fraction of itself (and
+        // each instance would hand its clients shares of too small a whole).
+        let history_s = (local.known_ms as f64 / 1000.0).clamp(1.0, DEMAND_WINDOW.as_secs_f64());
         let fleet_demand = match fleet {
             Ok(fleet) if fleet.source != Source::Fallback => {
                 fleet
                     .limits
                     .first()
                     .map_or(0.0, |state| state.estimate.as_f64())
-                    / DEMAND_WINDOW.as_secs_f64()
+                    / history_s
             }
             _ => 0.0,
         };
@@ -228,6 +247,7 @@ impl RlqsService {
         };
         let figures = Figures {
             limit: state.limit.limit(),
+            window_s: state.limit.window().window_ms() as f64 / 1000.0,
             estimate: state.estimate.as_f64(),
             next_unit_ms: state.next_unit_ms,
             own_demand,

@@ -4,19 +4,26 @@
 //!
 //! The free quota `limit - estimate` (the shared sliding window, with every
 //! report's allowed requests counted) is what the whole fleet may still
-//! admit. It is handed out over the client's horizon (the time until its
-//! next report), split in proportion to demand (allowed + denied per
+//! admit. The fleet's rate is that quota spread over the client's horizon
+//! (the time until its next report), but never more than the limit's own
+//! rate (`limit / window`): handing a free window out at once would admit
+//! it in a burst, and a burst leaves the window a window later in one
+//! piece, so the fleet would admit in pulses, and every client's
+//! admissions not yet reported would be handed out again. At the limit's
+//! rate the window fills evenly and frees as fast as it fills.
+//!
+//! That rate is split in proportion to demand (allowed + denied per
 //! second): equal demand, equal shares; an idle client's share goes to the
-//! busy ones (work-conserving); no client's share of the free quota exceeds
-//! its part of the total demand, so all of them together stay within it.
-//! Counts leave the window as it slides, so the free quota grows back at
-//! the rate the window allows, and so does what is handed out.
+//! busy ones (work-conserving); no client's share exceeds its part of the
+//! total demand, so all of them together stay within the fleet's rate.
 
 /// The figures of one bucket for one client's report.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Figures {
     /// The bucket's limit per window.
     pub limit: u64,
+    /// The bucket's window, in seconds.
+    pub window_s: f64,
     /// The window's estimate, this report counted.
     pub estimate: f64,
     /// How long until the window admits one more request (0 while it does).
@@ -63,7 +70,8 @@ pub fn assign(figures: &Figures) -> Assignment {
     }
     let share = share(figures);
     let horizon_s = figures.horizon_s.max(1.0);
-    let rate = share * free / horizon_s;
+    let fleet_rate = (free / horizon_s).min(figures.limit as f64 / figures.window_s.max(1e-3));
+    let rate = share * fleet_rate;
     // At least one request a second while the window has room: a client
     // with no demand yet (a new one, an idle one) can still start, and then
     // reports its demand.
@@ -99,6 +107,7 @@ mod tests {
     fn figures(estimate: f64, own: f64, total: f64) -> Figures {
         Figures {
             limit: 600,
+            window_s: 10.0,
             estimate,
             next_unit_ms: 0,
             own_demand: own,
@@ -135,13 +144,22 @@ mod tests {
     fn equal_demand_gets_equal_shares_of_what_is_free() {
         // 60 free over the next second, four clients of equal demand.
         assert_eq!(tokens(assign(&figures(540.0, 40.0, 160.0))), 15);
+        // 20 free: a quarter each.
+        assert_eq!(tokens(assign(&figures(580.0, 40.0, 160.0))), 5);
+    }
+
+    #[test]
+    fn a_free_window_is_handed_out_at_the_limits_rate_not_at_once() {
+        // 600 free; 600 per 10 s is 60 a second, however much is free.
+        assert_eq!(tokens(assign(&figures(0.0, 40.0, 40.0))), 60);
+        assert_eq!(tokens(assign(&figures(0.0, 40.0, 160.0))), 15);
     }
 
     #[test]
     fn an_idle_clients_share_goes_to_the_busy_one() {
-        let busy = figures(540.0, 40.0, 40.0);
-        let idle = figures(540.0, 0.0, 40.0);
-        assert_eq!(tokens(assign(&busy)), 60);
+        let busy = figures(570.0, 40.0, 40.0);
+        let idle = figures(570.0, 0.0, 40.0);
+        assert_eq!(tokens(assign(&busy)), 30);
         // The idle one keeps a trickle, to start with.
         assert_eq!(tokens(assign(&idle)), 1);
     }
@@ -151,29 +169,31 @@ mod tests {
         // Its first report: one request, beside busy clients.
         assert!(tokens(assign(&figures(300.0, 1.0, 121.0))) >= 1);
         // Nobody has demanded anything yet: an even split.
-        assert_eq!(tokens(assign(&figures(0.0, 0.0, 0.0))), 150);
+        assert_eq!(tokens(assign(&figures(0.0, 0.0, 0.0))), 15);
     }
 
     #[test]
     fn the_horizon_spreads_the_free_quota() {
         let later = Figures {
             horizon_s: 5.0,
-            ..figures(500.0, 10.0, 10.0)
+            ..figures(550.0, 10.0, 10.0)
         };
-        assert_eq!(tokens(assign(&later)), 20);
+        assert_eq!(tokens(assign(&later)), 10);
         let never_below_a_second = Figures {
             horizon_s: 0.0,
-            ..figures(500.0, 10.0, 10.0)
+            ..figures(590.0, 10.0, 10.0)
         };
-        assert_eq!(tokens(assign(&never_below_a_second)), 100);
+        assert_eq!(tokens(assign(&never_below_a_second)), 10);
     }
 
     proptest! {
         /// What all clients may admit over the horizon stays within the
-        /// free quota, but for the one-request floor each client keeps.
+        /// free quota and the limit's rate, but for the one-request floor
+        /// each client keeps.
         #[test]
         fn the_shares_never_hand_out_more_than_is_free(
             limit in 1u64..100_000,
+            window_s in 1.0f64..3_600.0,
             used in 0.0f64..1.2,
             demands in proptest::collection::vec(0.0f64..10_000.0, 1..12),
             horizon_s in 1.0f64..30.0,
@@ -184,6 +204,7 @@ mod tests {
             for &own in &demands {
                 let figures = Figures {
                     limit,
+                    window_s,
                     estimate,
                     next_unit_ms: 1,
                     own_demand: own,
@@ -196,6 +217,8 @@ mod tests {
             let free = (limit as f64 - estimate).max(0.0);
             let floors = demands.len() as f64 * horizon_s;
             prop_assert!(given <= free + floors, "given {given}, free {free}");
+            let at_the_limits_rate = limit as f64 / window_s * horizon_s;
+            prop_assert!(given <= at_the_limits_rate + floors, "given {given} over {horizon_s} s");
             if free < 1.0 {
                 prop_assert_eq!(given, 0.0);
             }
