@@ -16,15 +16,17 @@ use std::time::Duration;
 use slidegate::server::rlqs::pb::envoy::service::rate_limit_quota::v3::{
     BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
     rate_limit_quota_service_client::RateLimitQuotaServiceClient,
-    rate_limit_quota_usage_reports::BucketQuotaUsage,
 };
-use slidegate::server::rlqs::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
+use slidegate::server::rlqs::pb::envoy::r#type::v3::rate_limit_strategy::BlanketRule;
+pub use slidegate::server::rlqs::pb::envoy::r#type::v3::rate_limit_strategy::Strategy;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
 use tonic::transport::Channel;
 
 pub use slidegate::server::rlqs::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::BucketAction as Action;
+
+pub use slidegate::server::rlqs::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage as Usage;
 
 pub type Labels = BTreeMap<String, String>;
 
@@ -96,8 +98,8 @@ pub async fn open(
     Ok((sender, answers))
 }
 
-pub fn usage(labels: &Labels, allowed: u64, denied: u64, elapsed_s: i64) -> BucketQuotaUsage {
-    BucketQuotaUsage {
+pub fn usage(labels: &Labels, allowed: u64, denied: u64, elapsed_s: i64) -> Usage {
+    Usage {
         bucket_id: Some(BucketId {
             bucket: labels.clone().into_iter().collect(),
         }),
