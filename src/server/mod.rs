@@ -65,9 +65,10 @@ pub struct App {
     #[cfg(feature = "grpc")]
     rls_max_descriptors: usize,
     /// Envoy RLQS settings and streams' demand: served by [`rlqs::serve`],
-    /// counted in /metrics, reloaded live.
+    /// counted in /metrics, reloaded live. Unmatched buckets only, until
+    /// [`App::with_rlqs`].
     #[cfg(feature = "grpc")]
-    rlqs: Option<Arc<rlqs::Rlqs>>,
+    rlqs: Arc<rlqs::Rlqs>,
 }
 
 /// The settings that change without a restart.
@@ -92,6 +93,14 @@ impl App {
                     store.topology_source(),
                 )));
         }
+        #[cfg(feature = "grpc")]
+        let rlqs = {
+            let rlqs = Arc::new(rlqs::Rlqs::new(&crate::config::RlqsConfig::default()));
+            metrics
+                .registry_mut()
+                .register_collector(Box::new(rlqs::RlqsCollector(rlqs.clone())));
+            rlqs
+        };
         let live = Self::live_of(&limiter, policies, auth);
         App {
             limiter,
@@ -106,7 +115,7 @@ impl App {
             #[cfg(feature = "grpc")]
             rls_max_descriptors: crate::config::DEFAULT_RLS_MAX_DESCRIPTORS,
             #[cfg(feature = "grpc")]
-            rlqs: None,
+            rlqs,
         }
     }
 
@@ -181,21 +190,15 @@ impl App {
 
     /// Serve Envoy RLQS with these `[rlqs]` settings (see [`rlqs::serve`]).
     #[cfg(feature = "grpc")]
-    pub fn with_rlqs(mut self, config: &crate::config::RlqsConfig) -> App {
-        let rlqs = Arc::new(rlqs::Rlqs::new(config));
-        self.metrics
-            .registry_mut()
-            .register_collector(Box::new(rlqs::RlqsCollector(rlqs.clone())));
-        self.rlqs = Some(rlqs);
+    pub fn with_rlqs(self, config: &crate::config::RlqsConfig) -> App {
+        self.apply_rlqs(config);
         self
     }
 
     /// Put reloaded `[rlqs]` settings in force (all but the listener).
     #[cfg(feature = "grpc")]
     pub(crate) fn apply_rlqs(&self, config: &crate::config::RlqsConfig) {
-        if let Some(rlqs) = &self.rlqs {
-            rlqs.apply(config);
-        }
+        self.rlqs.apply(config);
     }
 
     /// Build the store and the limiter a configuration describes. With no

@@ -115,16 +115,9 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), tonic::transport::Error> {
     use pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
-    let rlqs = match app.rlqs.clone() {
-        Some(rlqs) => rlqs,
-        None => {
-            tracing::warn!("RLQS listener without [rlqs] settings: every bucket is unmatched");
-            Arc::new(Rlqs::new(&RlqsConfig::default()))
-        }
-    };
     let service = RlqsService {
         app: app.clone(),
-        rlqs,
+        rlqs: app.rlqs.clone(),
     };
     let routes = tonic::service::Routes::new(RateLimitQuotaServiceServer::new(service));
     super::grpc::serve(listener, app, routes, shutdown).await
