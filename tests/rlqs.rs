@@ -572,10 +572,7 @@ async fn unmatched_buckets_get_the_blanket_rule_and_first_answers_always_carry_a
     };
     let ttl = assignment.assignment_time_to_live.unwrap();
     assert!(ttl.seconds >= 1 && ttl.nanos == 0, "{ttl:?}");
-    let strategy = assignment
-        .rate_limit_strategy
-        .clone()
-        .and_then(|s| s.strategy);
+    let strategy = assignment.rate_limit_strategy.and_then(|s| s.strategy);
     let Some(envoy::Strategy::TokenBucket(bucket)) = strategy else {
         panic!("{answer:?}");
     };

@@ -150,7 +150,7 @@ impl FakeEnvoy {
                     filled_at_ms: now_ms,
                 },
             );
-            self.report(&[bucket.clone()], now_ms).await;
+            self.report(std::slice::from_ref(bucket), now_ms).await;
             return true;
         }
         let Some(state) = self.buckets.get_mut(bucket) else {
