@@ -94,6 +94,17 @@ async fn instance(
     }
 }
 
+/// An instance on the shared memcached, failing open, no token.
+async fn plain_instance(clock: &ManualClock) -> Instance {
+    instance(
+        memcached().await,
+        clock,
+        FailureMode::Allow,
+        ServerGuard::default(),
+    )
+    .await
+}
+
 async fn memcached() -> AnyStore {
     AnyStore::Memcached(common::memcached_store().await)
 }
@@ -191,13 +202,7 @@ async fn fleet(addrs: &[SocketAddr], start: u64) -> Vec<Client> {
 #[tokio::test]
 async fn a_fleet_at_2_7_times_the_limit_admits_the_limit_in_equal_shares() {
     let clock = clock();
-    let server = instance(
-        memcached().await,
-        &clock,
-        FailureMode::Allow,
-        ServerGuard::default(),
-    )
-    .await;
+    let server = plain_instance(&clock).await;
     let start = clock.now_ms();
     let mut clients = fleet(&[server.addr], start).await;
     run(&mut clients, &clock, start, start + 60_000).await;
@@ -227,13 +232,7 @@ async fn a_fleet_at_2_7_times_the_limit_admits_the_limit_in_equal_shares() {
 #[tokio::test]
 async fn one_busy_client_takes_what_three_idle_ones_leave() {
     let clock = clock();
-    let server = instance(
-        memcached().await,
-        &clock,
-        FailureMode::Allow,
-        ServerGuard::default(),
-    )
-    .await;
+    let server = plain_instance(&clock).await;
     let start = clock.now_ms();
     let mut clients = fleet(&[server.addr], start).await;
     run(&mut clients, &clock, start, start + 30_000).await;
@@ -312,13 +311,7 @@ async fn two_instances_on_one_memcached_share_one_count() {
 #[tokio::test]
 async fn a_full_window_denies_then_allows_again_and_a_reconnected_client_is_served() {
     let clock = clock();
-    let server = instance(
-        memcached().await,
-        &clock,
-        FailureMode::Allow,
-        ServerGuard::default(),
-    )
-    .await;
+    let server = plain_instance(&clock).await;
     let start = clock.now_ms();
     // Envoys that admitted a whole window before their first assignment
     // (their no-assignment behaviour allows) report it: the window is full.
@@ -377,13 +370,7 @@ async fn a_full_window_denies_then_allows_again_and_a_reconnected_client_is_serv
 #[tokio::test]
 async fn a_bucket_left_unreported_is_abandoned() {
     let clock = clock();
-    let server = instance(
-        memcached().await,
-        &clock,
-        FailureMode::Allow,
-        ServerGuard::default(),
-    )
-    .await;
+    let server = plain_instance(&clock).await;
     let now = clock.now_ms();
     let other = labels(&[("name", "api"), ("tenant", "t2")]);
     // Both reported first; then only `api`: `other` goes quiet on the stream.
@@ -464,13 +451,7 @@ async fn error_after(addr: SocketAddr, sent: Vec<RateLimitQuotaUsageReports>) ->
 #[tokio::test]
 async fn bad_input_is_invalid_argument_naming_the_field_and_other_streams_go_on() {
     let clock = clock();
-    let server = instance(
-        memcached().await,
-        &clock,
-        FailureMode::Allow,
-        ServerGuard::default(),
-    )
-    .await;
+    let server = plain_instance(&clock).await;
     let mut good = FakeEnvoy::connect(server.addr, "envoy").await;
     let now = clock.now_ms();
     assert!(good.request(&api(), now).await);
@@ -545,13 +526,7 @@ async fn bad_input_is_invalid_argument_naming_the_field_and_other_streams_go_on(
 #[tokio::test]
 async fn unmatched_buckets_get_the_blanket_rule_and_first_answers_always_carry_a_ttl() {
     let clock = clock();
-    let server = instance(
-        memcached().await,
-        &clock,
-        FailureMode::Allow,
-        ServerGuard::default(),
-    )
-    .await;
+    let server = plain_instance(&clock).await;
     let mut envoy = FakeEnvoy::connect(server.addr, "envoy").await;
     let now = clock.now_ms();
     let web = labels(&[("name", "web")]);

@@ -10,25 +10,14 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 /// A small limit in a short window: the script runs in real time.
 const LIMIT: u32 = 30;
 const WINDOW_S: u32 = 3;
-
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// The venv's python, with grpcio and grpcio-tools installed.
 fn python() -> Result<PathBuf, String> {
@@ -102,7 +91,7 @@ fn generate_stubs(python: &Path, out: &Path) {
 }
 
 /// Start the binary with an `[rlqs]` file; return it and the RLQS address.
-fn start_slidegate(dir: &Path, memcached: &str) -> (Server, String) {
+fn start_slidegate(dir: &Path, memcached: &str) -> (common::process::Logged, String) {
     let config = dir.join("slidegate.toml");
     std::fs::write(
         &config,
@@ -112,34 +101,14 @@ fn start_slidegate(dir: &Path, memcached: &str) -> (Server, String) {
         ),
     )
     .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_slidegate"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_slidegate"));
+    command
         .args(["--listen", "127.0.0.1:0", "--memcached", memcached])
         .args(["--namespace", &common::unique_namespace()])
         .arg("--config")
         .arg(&config)
-        .env_remove("SLIDEGATE_RLQS_LISTEN")
-        .env("RUST_LOG", "info")
-        .env("NO_COLOR", "1")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start slidegate");
-    let stdout = child.stdout.take().unwrap();
-    let server = Server(child);
-    let (found, addr) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            eprintln!("slidegate: {line}");
-            if line.contains("serving Envoy RLQS (gRPC) on ") {
-                let addr = line.rsplit(' ').next().unwrap_or_default().to_owned();
-                let _ = found.send(addr);
-            }
-        }
-    });
-    let addr = addr
-        .recv_timeout(Duration::from_secs(20))
-        .expect("slidegate logs its RLQS address within 20 s");
-    (server, addr)
+        .env_remove("SLIDEGATE_RLQS_LISTEN");
+    common::process::start_announcing(command, "serving Envoy RLQS (gRPC) on ")
 }
 
 #[test]
@@ -160,25 +129,13 @@ fn grpcio_plays_envoy_against_the_binary() {
 
     let memcached = common::shared_memcached();
     let (_server, addr) = start_slidegate(&dir, &memcached.addr());
-    let mut script = Command::new(&python)
+    let mut script = Command::new(&python);
+    script
         .arg(Path::new(ROOT).join("tests/rlqs_grpcio/envoy_like.py"))
         .arg(&dir)
         .arg(&addr)
-        .args([LIMIT.to_string(), WINDOW_S.to_string()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run envoy_like.py");
-    // Bounded: a hung server must fail the test, not hang it.
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while script.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = script.kill();
-            panic!("envoy_like.py did not finish within 90 s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let output = script.wait_with_output().unwrap();
+        .args([LIMIT.to_string(), WINDOW_S.to_string()]);
+    let output = common::process::output_within(script, Duration::from_secs(90));
     let _ = std::fs::remove_dir_all(&dir);
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
