@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Trim the vendored Envoy protos to what RLS v3 needs (see README.md).
+"""Trim the vendored Envoy protos to what RLS v3 and RLQS v3 need (see README.md).
 
 Run from this folder after copying the upstream files over the vendored ones:
 it drops the udpa/validate annotations, the messages the service does not use,
@@ -10,7 +10,8 @@ import re
 from pathlib import Path
 
 ANNOTATION_IMPORT = re.compile(r'^import "(udpa|validate|xds)/.*";\n', re.M)
-FILE_OPTION = re.compile(r'^option \(udpa\.annotations\.file_status\).*\n', re.M)
+FILE_OPTION = re.compile(r'^option \((udpa\.annotations|xds\.annotations\.v3)\.file_status\).*\n', re.M)
+ONEOF_REQUIRED = re.compile(r'^\s*option \(validate\.required\) = true;\n', re.M)
 MESSAGE_OPTION = re.compile(r'^\s*option \(udpa\.annotations\.[a-z_]+\)\.[a-z_]+ =\s*\n?\s*"[^"]*";\n', re.M)
 FIELD_RULES = re.compile(r'\s*\[\s*\((validate\.rules|udpa\.annotations)[^;]*?\]\s*;', re.S)
 
@@ -19,6 +20,7 @@ def strip(text: str) -> str:
     text = ANNOTATION_IMPORT.sub("", text)
     text = FILE_OPTION.sub("", text)
     text = MESSAGE_OPTION.sub("", text)
+    text = ONEOF_REQUIRED.sub("", text)
     return FIELD_RULES.sub(";", text)
 
 
@@ -46,6 +48,14 @@ common = Path("envoy/extensions/common/ratelimit/v3/ratelimit.proto")
 text = strip(common.read_text())
 text = text.replace('import "envoy/type/v3/token_bucket.proto";\n', "")
 common.write_text(cut_messages(text, ["LocalRateLimitDescriptor", "LocalClusterRateLimit"]))
+
+# RLQS: annotations only.
+for path in [
+    "envoy/service/rate_limit_quota/v3/rlqs.proto",
+    "envoy/type/v3/ratelimit_strategy.proto",
+    "envoy/type/v3/token_bucket.proto",
+]:
+    Path(path).write_text(strip(Path(path).read_text()))
 
 unit = Path("envoy/type/v3/ratelimit_unit.proto")
 unit.write_text(strip(unit.read_text()))

@@ -279,6 +279,17 @@ impl<S: Store> Limiter<S> {
         }
     }
 
+    /// The limiter's time now: what a face that keeps its own state beside
+    /// the counters (RLQS streams) reads, so it moves with the decisions.
+    pub fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    /// What the limiter decides when the store fails.
+    pub fn failure_mode(&self) -> FailureMode {
+        self.failure_mode
+    }
+
     pub fn store(&self) -> &S {
         &self.store
     }

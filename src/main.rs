@@ -63,14 +63,15 @@ async fn main() -> anyhow::Result<()> {
         let _ = stopped.wait_for(|stop| *stop).await;
     };
     let rls = serve_rls(&config, app.clone(), until_stopped(stopped.clone())).await?;
+    let rlqs = serve_rlqs(&config, app.clone(), until_stopped(stopped.clone())).await?;
     tokio::spawn(server::reload::watch(
         app.clone(),
         Reloader::new(overrides, config.clone()),
         until_stopped(stopped.clone()),
     ));
     server::serve(listener, app, until_stopped(stopped)).await?;
-    if let Some(rls) = rls {
-        rls.await.context("the RLS server task failed")??;
+    for face in [rls, rlqs].into_iter().flatten() {
+        face.await.context("a gRPC server task failed")??;
     }
     Ok(())
 }
@@ -90,23 +91,20 @@ fn with_rls(app: App, _config: &Config) -> anyhow::Result<App> {
     Ok(app)
 }
 
+/// A gRPC face served in its own task.
+type Face = tokio::task::JoinHandle<anyhow::Result<()>>;
+
 /// Bind the RLS listener (when configured) and serve it in a task.
 #[cfg(feature = "grpc")]
 async fn serve_rls(
     config: &Config,
     app: Arc<App>,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> anyhow::Result<Option<tokio::task::JoinHandle<anyhow::Result<()>>>> {
+) -> anyhow::Result<Option<Face>> {
     let Some(address) = config.rls_listen else {
         return Ok(None);
     };
-    let listener = TcpListener::bind(address)
-        .await
-        .with_context(|| format!("cannot listen for RLS on {address}"))?;
-    tracing::info!(
-        "slidegate serving Envoy RLS (gRPC) on {}",
-        server::describe(&listener)
-    );
+    let listener = bind_face("Envoy RLS", address).await?;
     Ok(Some(tokio::spawn(async move {
         server::rls::serve(listener, app, shutdown)
             .await
@@ -114,12 +112,56 @@ async fn serve_rls(
     })))
 }
 
+/// Bind the RLQS listener (when configured) and serve it in a task.
+#[cfg(feature = "grpc")]
+async fn serve_rlqs(
+    config: &Config,
+    app: Arc<App>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<Option<Face>> {
+    let Some(address) = config.rlqs.listen else {
+        return Ok(None);
+    };
+    let listener = bind_face("Envoy RLQS", address).await?;
+    tracing::info!(
+        buckets = config.rlqs.buckets.len(),
+        "RLQS bucket rules loaded"
+    );
+    Ok(Some(tokio::spawn(async move {
+        server::rlqs::serve(listener, app, shutdown)
+            .await
+            .context("RLQS server")
+    })))
+}
+
+/// Bind a gRPC face's listener and say where it serves.
+#[cfg(feature = "grpc")]
+async fn bind_face(name: &str, address: std::net::SocketAddr) -> anyhow::Result<TcpListener> {
+    let listener = TcpListener::bind(address)
+        .await
+        .with_context(|| format!("cannot listen for {name} on {address}"))?;
+    tracing::info!(
+        "slidegate serving {name} (gRPC) on {}",
+        server::describe(&listener)
+    );
+    Ok(listener)
+}
+
 #[cfg(not(feature = "grpc"))]
 async fn serve_rls(
     _config: &Config,
     _app: Arc<App>,
     _shutdown: impl Future<Output = ()> + Send + 'static,
-) -> anyhow::Result<Option<tokio::task::JoinHandle<anyhow::Result<()>>>> {
+) -> anyhow::Result<Option<Face>> {
+    Ok(None)
+}
+
+#[cfg(not(feature = "grpc"))]
+async fn serve_rlqs(
+    _config: &Config,
+    _app: Arc<App>,
+    _shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<Option<Face>> {
     Ok(None)
 }
 

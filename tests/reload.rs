@@ -423,6 +423,8 @@ mode = "local"
 listen = "127.0.0.1:11"
 config = "rules.yaml"
 max_descriptors = 16
+[rlqs]
+listen = "127.0.0.1:13"
 [memory]
 capacity = 100
 [clock]

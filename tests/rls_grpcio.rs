@@ -10,22 +10,11 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
-
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// Whether python3 can import grpc and grpc_tools, installing them if not.
 fn python_with_grpcio() -> Result<(), String> {
@@ -87,35 +76,15 @@ fn generate_stubs(out: &Path) {
 }
 
 /// Start the binary; return it and the RLS address it logged.
-fn start_slidegate(memcached: &str, namespace: &str) -> (Server, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_slidegate"))
+fn start_slidegate(memcached: &str, namespace: &str) -> (common::process::Logged, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_slidegate"));
+    command
         .args(["--listen", "127.0.0.1:0", "--rls-listen", "127.0.0.1:0"])
         .args(["--memcached", memcached, "--namespace", namespace])
         .arg("--rls-config")
         .arg(Path::new(ROOT).join("tests/data/envoyproxy-ratelimit"))
-        .env_remove("SLIDEGATE_CONFIG")
-        .env("RUST_LOG", "info")
-        .env("NO_COLOR", "1")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start slidegate");
-    let stdout = child.stdout.take().unwrap();
-    let server = Server(child);
-    let (found, addr) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            eprintln!("slidegate: {line}");
-            if line.contains("serving Envoy RLS (gRPC) on ") {
-                let addr = line.rsplit(' ').next().unwrap_or_default().to_owned();
-                let _ = found.send(addr);
-            }
-        }
-    });
-    let addr = addr
-        .recv_timeout(Duration::from_secs(20))
-        .expect("slidegate logs its RLS address within 20 s");
-    (server, addr)
+        .env_remove("SLIDEGATE_CONFIG");
+    common::process::start_announcing(command, "serving Envoy RLS (gRPC) on ")
 }
 
 #[test]
@@ -131,24 +100,12 @@ fn grpcio_replays_envoyproxy_ratelimit_integration_scripts() {
 
     let memcached = common::shared_memcached();
     let (_server, addr) = start_slidegate(&memcached.addr(), &common::unique_namespace());
-    let mut script = Command::new("python3")
+    let mut script = Command::new("python3");
+    script
         .arg(Path::new(ROOT).join("tests/rls_grpcio/replay.py"))
         .arg(&stubs)
-        .arg(&addr)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run replay.py");
-    // Bounded: a hung server must fail the test, not hang it.
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while script.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = script.kill();
-            panic!("replay.py did not finish within 120 s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let output = script.wait_with_output().unwrap();
+        .arg(&addr);
+    let output = common::process::output_within(script, Duration::from_secs(120));
     let _ = std::fs::remove_dir_all(&stubs);
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);

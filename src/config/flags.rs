@@ -56,6 +56,9 @@ pub struct Overrides {
     /// envoyproxy/ratelimit YAML configuration: a file or a directory of them.
     #[arg(long, env = "SLIDEGATE_RLS_CONFIG", value_name = "PATH")]
     pub rls_config: Option<PathBuf>,
+    /// Address to serve Envoy's rate-limit quota service (RLQS v3 gRPC) on; off unless given.
+    #[arg(long, env = "SLIDEGATE_RLQS_LISTEN", value_name = "ADDR")]
+    pub rlqs_listen: Option<String>,
     /// Counters the embedded in-memory store holds before it evicts [default: 1000000].
     #[arg(long, env = "SLIDEGATE_MEMORY_CAPACITY", value_name = "COUNTERS")]
     pub memory_capacity: Option<u64>,

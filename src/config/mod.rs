@@ -26,6 +26,7 @@ mod near_cache;
 mod net;
 mod policies;
 pub mod reload;
+mod rlqs;
 mod rls;
 
 pub use auth::AuthConfig;
@@ -40,6 +41,7 @@ pub use guard::{
 use memcached::MemcachedSection;
 pub use net::IpNet;
 pub use reload::DEFAULT_WATCH;
+pub use rlqs::{BucketRule, RlqsConfig, Unmatched};
 pub use rls::DEFAULT_RLS_MAX_DESCRIPTORS;
 
 use crate::limiter::FailureMode;
@@ -71,6 +73,8 @@ struct FileConfig {
     policies: BTreeMap<String, policies::PolicySection>,
     #[serde(default)]
     rls: rls::RlsSection,
+    #[serde(default)]
+    rlqs: rlqs::RlqsSection,
     #[serde(default)]
     reload: reload::ReloadSection,
     #[serde(default)]
@@ -112,6 +116,8 @@ pub struct Config {
     pub rls_config: Option<std::path::PathBuf>,
     /// The most descriptors one RLS request may carry.
     pub rls_max_descriptors: usize,
+    /// Envoy RLQS: its listener and bucket rules.
+    pub rlqs: RlqsConfig,
     /// How often the file is read for changes, to reload it; `None`: only
     /// on SIGHUP.
     pub watch: Option<Duration>,
@@ -178,6 +184,7 @@ impl Config {
         let policies = policies::resolve(&origin, &file.policies, max_counters)?;
         let (auth, exempt_addresses) = auth::resolve(&origin, &file.auth)?;
         let rls = rls::resolve(&origin, &file.rls, overrides, file_dir.as_deref())?;
+        let rlqs = rlqs::resolve(&origin, overrides, &file.rlqs, max_counters)?;
         let watch = reload::resolve_watch(&origin, &file.reload)?;
         let guards = guard::resolve(
             &origin,
@@ -210,6 +217,7 @@ impl Config {
             rls_listen: rls.listen,
             rls_config: rls.config,
             rls_max_descriptors: rls.max_descriptors,
+            rlqs,
             watch,
             memory_capacity: guards.memory_capacity,
             server: guards.server,

@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{ClusterConfig, Config, ConfigError, Origin, Overrides, ServerGuard, TlsConfig};
+use super::{
+    ClusterConfig, Config, ConfigError, Origin, Overrides, RlqsConfig, ServerGuard, TlsConfig,
+};
 
 /// How often the configuration file is read for changes by default.
 pub const DEFAULT_WATCH: Duration = Duration::from_secs(1);
@@ -53,6 +55,10 @@ pub const APPLIED_LIVE: &[&str] = &[
     "server.api_tokens_file",
     "server.metrics_need_token",
     "reload.watch_ms",
+    "rlqs.assignment_ttl",
+    "rlqs.abandon_after",
+    "rlqs.unmatched",
+    "rlqs.buckets",
 ];
 
 /// Every key that only a restart applies: the listeners, the store and
@@ -83,6 +89,7 @@ pub const RESTART_ONLY: &[&str] = &[
     "rls.listen",
     "rls.config",
     "rls.max_descriptors",
+    "rlqs.listen",
     "memory.capacity",
     "clock.source",
 ];
@@ -217,6 +224,7 @@ pub fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'static str>
         rls_listen,
         rls_config,
         rls_max_descriptors,
+        rlqs,
         watch: _,
         memory_capacity,
         server,
@@ -235,6 +243,14 @@ pub fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'static str>
         // Not a key of the file: a constant of the server.
         quiet_timeout: _,
     } = server;
+    let RlqsConfig {
+        listen: rlqs_listen,
+        // Applied live by the RLQS service.
+        assignment_ttl: _,
+        abandon_after: _,
+        unmatched: _,
+        buckets: _,
+    } = rlqs;
     let tls_part = |tls: &Option<TlsConfig>| {
         let TlsConfig {
             ca_file,
@@ -279,6 +295,7 @@ pub fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'static str>
             "rls.max_descriptors",
             *rls_max_descriptors != new.rls_max_descriptors,
         ),
+        ("rlqs.listen", *rlqs_listen != new.rlqs.listen),
         ("memory.capacity", *memory_capacity != new.memory_capacity),
         ("clock.source", *clock_source != new.clock_source),
     ];
@@ -371,6 +388,8 @@ mode = "deny"
 listen = "127.0.0.1:9998"
 config = "rules.yaml"
 max_descriptors = 8
+[rlqs]
+listen = "127.0.0.1:9997"
 [memory]
 capacity = 5
 [clock]
@@ -415,6 +434,14 @@ exempt_addresses = ["192.0.2.0/24"]
 [policies.api]
 limits = [{ limit = 1, window = "1s" }]
 exempt_keys = ["health-checker", "internal-*"]
+[rlqs]
+assignment_ttl = "5s"
+abandon_after = "30s"
+unmatched = "deny"
+[[rlqs.buckets]]
+match = { name = "api" }
+limit = 10
+window = "1m"
 "#,
         );
         assert_eq!(restart_only_changes(&running, &changed), Vec::<&str>::new());

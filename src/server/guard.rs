@@ -25,7 +25,7 @@ pub(crate) struct Guard {
     /// The cap on connections; a reload changes it live (connections over a
     /// lowered cap are not closed, new ones wait for places).
     max_connections: AtomicUsize,
-    /// Only the RLS listener has a quiet timeout.
+    /// Only the gRPC listeners (RLS, RLQS) have a quiet timeout.
     #[cfg_attr(not(feature = "grpc"), allow(dead_code))]
     quiet_timeout: Duration,
     /// What a reload swaps: a call reads the tokens in force when it is

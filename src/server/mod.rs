@@ -5,10 +5,14 @@
 pub(crate) mod api;
 mod body;
 mod forward_auth;
+#[cfg(feature = "grpc")]
+mod grpc;
 mod guard;
 mod metrics;
 pub mod ops;
 pub mod reload;
+#[cfg(feature = "grpc")]
+pub mod rlqs;
 #[cfg(feature = "grpc")]
 pub mod rls;
 mod routes;
@@ -64,6 +68,11 @@ pub struct App {
     /// The most descriptors one `ShouldRateLimit` request may carry.
     #[cfg(feature = "grpc")]
     rls_max_descriptors: usize,
+    /// Envoy RLQS settings and streams' demand: served by [`rlqs::serve`],
+    /// counted in /metrics, reloaded live. Unmatched buckets only, until
+    /// [`App::with_rlqs`].
+    #[cfg(feature = "grpc")]
+    rlqs: Arc<rlqs::Rlqs>,
 }
 
 /// The settings that change without a restart.
@@ -90,6 +99,14 @@ impl App {
                     store.topology_source(),
                 )));
         }
+        #[cfg(feature = "grpc")]
+        let rlqs = {
+            let rlqs = Arc::new(rlqs::Rlqs::new(&crate::config::RlqsConfig::default()));
+            metrics
+                .registry_mut()
+                .register_collector(Box::new(rlqs::RlqsCollector(rlqs.clone())));
+            rlqs
+        };
         let live = Self::live_of(&limiter, policies, auth, Exemptions::default());
         App {
             limiter,
@@ -104,6 +121,8 @@ impl App {
             rls: None,
             #[cfg(feature = "grpc")]
             rls_max_descriptors: crate::config::DEFAULT_RLS_MAX_DESCRIPTORS,
+            #[cfg(feature = "grpc")]
+            rlqs,
         }
     }
 
@@ -209,6 +228,19 @@ impl App {
         self
     }
 
+    /// Serve Envoy RLQS with these `[rlqs]` settings (see [`rlqs::serve`]).
+    #[cfg(feature = "grpc")]
+    pub fn with_rlqs(self, config: &crate::config::RlqsConfig) -> App {
+        self.apply_rlqs(config);
+        self
+    }
+
+    /// Put reloaded `[rlqs]` settings in force (all but the listener).
+    #[cfg(feature = "grpc")]
+    pub(crate) fn apply_rlqs(&self, config: &crate::config::RlqsConfig) {
+        self.rlqs.apply(config);
+    }
+
     /// Build the store and the limiter a configuration describes. With no
     /// Memcached server configured, counters live in this process.
     pub async fn from_config(config: &Config) -> Result<App, StoreError> {
@@ -267,6 +299,7 @@ impl App {
         #[cfg(feature = "grpc")]
         {
             app.rls_max_descriptors = config.rls_max_descriptors;
+            app = app.with_rlqs(&config.rlqs);
         }
         #[cfg(feature = "memcached")]
         {

@@ -1,7 +1,8 @@
 //! Hot reload: on SIGHUP, and when the configuration file's content changes,
 //! every key of [`APPLIED_LIVE`] is put in force without dropping a request
 //! (policies and `[auth]` by [`App::apply`], the connection cap and the API
-//! tokens by the guard, `reload.watch_ms` by the watch loop). A bad file
+//! tokens by the guard, `[rlqs]` but its listener by the RLQS service,
+//! `reload.watch_ms` by the watch loop). A bad file
 //! keeps the running configuration; changed keys of [`RESTART_ONLY`] are
 //! named in the log and raise `slidegate_config_restart_pending`.
 //!
@@ -74,6 +75,8 @@ pub fn reload_once(app: &App, reloader: &mut Reloader, why: &str) {
             let config = reloaded.config;
             app.apply_config(&config);
             app.guard.apply(&config.server);
+            #[cfg(feature = "grpc")]
+            app.apply_rlqs(&config.rlqs);
             let restart = !reloaded.needs_restart.is_empty();
             if restart {
                 tracing::warn!(

@@ -8,11 +8,10 @@
 //! | `rules` | the YAML files, compiled to a tree per domain; the descriptor lookup |
 //! | `service` | the gRPC service: descriptors to limiter items, decisions to statuses |
 //! | `metrics` | counters per domain and rule, bounded by the configuration |
-//! | `capped` | the listener's connections, under the server's connection cap |
-//! | `codec` | prost's codec, with undecodable requests the caller's error |
+//!
+//! The listener (connection cap, quiet timeout, API tokens, codec) is the
+//! one every gRPC face shares: [`super::grpc`].
 
-mod capped;
-pub(crate) mod codec;
 mod metrics;
 mod rules;
 mod service;
@@ -143,15 +142,12 @@ async fn serve_with(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), tonic::transport::Error> {
     use pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
-    let incoming = capped::incoming(listener, app.clone());
-    // Pings that a live peer answers within its quiet timeout (`capped`).
-    let ping_every = app.guard.quiet_timeout() / 3;
-    let service = RlsService { app, rls };
-    tonic::transport::Server::builder()
-        .http2_keepalive_interval(Some(ping_every))
-        .add_service(RateLimitServiceServer::new(service))
-        .serve_with_incoming_shutdown(incoming, shutdown)
-        .await
+    let service = RlsService {
+        app: app.clone(),
+        rls,
+    };
+    let routes = tonic::service::Routes::new(RateLimitServiceServer::new(service));
+    super::grpc::serve(listener, app, routes, shutdown).await
 }
 
 /// The address a listener is bound to, for logs.

@@ -99,13 +99,7 @@ impl RateLimitService for RlsService {
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
         let metrics = &self.rls.metrics;
-        // The API tokens guard this face as they guard /v1/check: Envoy
-        // sends one as `initial_metadata` of its `grpc_service`.
-        let authorization = request.metadata().get("authorization");
-        let refusal = (self.app.guard).token_refusal(authorization.map(|value| value.as_bytes()));
-        if let Some(message) = refusal {
-            return Err(Status::unauthenticated(message));
-        }
+        crate::server::grpc::authorize(&self.app, request.metadata())?;
         match self.decide(request.get_ref()).await {
             Ok(response) => {
                 ServiceMetrics::bump(&metrics.requests);

@@ -1,4 +1,4 @@
-//! The RLS listener's connections, taken under the server's connection cap
+//! A gRPC listener's connections, taken under the server's connection cap
 //! ([`Guard::accept`](super::super::guard::Guard)): one cap for the HTTP
 //! and the gRPC faces, and an accept error that backs off rather than
 //! ending the server (tonic's own listener stream stops serving on errors
@@ -8,7 +8,7 @@
 //! never ends must not keep one: HTTP/1 connections are closed when a
 //! request's headers take too long, and here a connection from which
 //! nothing has been read for the quiet timeout is closed. The server pings
-//! every connection three times as often (`serve_with`), and a live HTTP/2
+//! every connection three times as often (`serve`), and a live HTTP/2
 //! peer answers each ping, so an idle Envoy keeps its connections while a
 //! peer that never speaks HTTP/2, or has gone, gives its place back.
 

@@ -1,4 +1,4 @@
-//! The RLS face's protobuf codec: prost's, except that bytes which do not
+//! The gRPC faces' protobuf codec: prost's, except that bytes which do not
 //! decode as the request are the caller's error (INVALID_ARGUMENT), not
 //! the server's (tonic-prost answers INTERNAL). Named in `build.rs` as the
 //! generated service's codec.

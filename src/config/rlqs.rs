@@ -1,0 +1,296 @@
+//! The `[rlqs]` section: Envoy's rate-limit quota service (RLQS), its
+//! listener and its bucket rules. Everything but `listen` applies live on a
+//! reload (see `server::rlqs`).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{ConfigError, Origin, Overrides, parse_listen};
+use crate::policy::{Limit, parse_duration_ms};
+
+/// How long an assignment lives in Envoy without a refresh, by default.
+pub const DEFAULT_ASSIGNMENT_TTL: Duration = Duration::from_secs(10);
+/// How long a stream may leave a bucket unreported before it is abandoned.
+pub const DEFAULT_ABANDON_AFTER: Duration = Duration::from_secs(60);
+/// The longest TTL or abandon time accepted: a day.
+const MAX_DURATION_MS: u64 = 86_400_000;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RlqsSection {
+    listen: Option<String>,
+    assignment_ttl: Option<String>,
+    abandon_after: Option<String>,
+    unmatched: Option<String>,
+    buckets: Option<Vec<BucketSection>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BucketSection {
+    domain: Option<String>,
+    #[serde(rename = "match", default)]
+    matches: BTreeMap<String, String>,
+    limit: u64,
+    window: String,
+    precision: Option<u32>,
+}
+
+/// The RLQS settings, validated.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RlqsConfig {
+    /// Where to serve RLQS (gRPC); `None`: not served.
+    pub listen: Option<SocketAddr>,
+    /// The TTL of every assignment sent, in whole seconds (Envoy drops nanos).
+    pub assignment_ttl: Duration,
+    pub abandon_after: Duration,
+    /// What a bucket no rule matches gets.
+    pub unmatched: Unmatched,
+    /// In order: the first rule that matches a bucket decides it.
+    pub buckets: Vec<BucketRule>,
+}
+
+impl Default for RlqsConfig {
+    fn default() -> RlqsConfig {
+        RlqsConfig {
+            listen: None,
+            assignment_ttl: DEFAULT_ASSIGNMENT_TTL,
+            abandon_after: DEFAULT_ABANDON_AFTER,
+            unmatched: Unmatched::Allow,
+            buckets: Vec::new(),
+        }
+    }
+}
+
+/// The blanket rule of a bucket no rule matches.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Unmatched {
+    #[default]
+    Allow,
+    Deny,
+}
+
+/// One `[[rlqs.buckets]]`: which bucket ids it matches and their limit.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BucketRule {
+    /// `None`: every domain.
+    pub domain: Option<String>,
+    /// Labels a bucket id must hold; a value of `*` is any value.
+    pub matches: BTreeMap<String, String>,
+    /// Requests per window, across every Envoy and slidegate instance.
+    pub limit: Limit,
+}
+
+impl BucketRule {
+    /// Whether a bucket id (its labels) of `domain` is this rule's.
+    pub fn matches<'a>(
+        &self,
+        domain: &str,
+        mut label: impl FnMut(&str) -> Option<&'a str>,
+    ) -> bool {
+        self.domain.as_deref().is_none_or(|own| own == domain)
+            && self.matches.iter().all(|(key, wanted)| {
+                label(key).is_some_and(|value| wanted == "*" || value == wanted)
+            })
+    }
+}
+
+pub(super) fn resolve(
+    origin: &Origin,
+    overrides: &Overrides,
+    section: &RlqsSection,
+    max_counters: usize,
+) -> Result<RlqsConfig, ConfigError> {
+    let in_file = |field: &str, message: String| origin.file_error(field, message);
+    let listen = origin.layered(
+        ("rlqs-listen", overrides.rlqs_listen.as_deref()),
+        ("rlqs.listen", section.listen.as_deref()),
+        parse_listen,
+    )?;
+    if !cfg!(feature = "grpc") && listen.is_some() {
+        return Err(ConfigError(
+            "Envoy RLQS is configured, but this build has no `grpc` feature".to_owned(),
+        ));
+    }
+    let duration = |field: &str, text: Option<&String>, default: Duration, whole: bool| {
+        let Some(text) = text else {
+            return Ok(default);
+        };
+        let ms = parse_duration_ms(text).map_err(|message| in_file(field, message))?;
+        if !(1_000..=MAX_DURATION_MS).contains(&ms) || (whole && ms % 1_000 != 0) {
+            let whole = if whole { "whole seconds, " } else { "" };
+            return Err(in_file(
+                field,
+                format!("must be {whole}from 1s to 1d, got {text:?}"),
+            ));
+        }
+        Ok(Duration::from_millis(ms))
+    };
+    // Envoy reads an assignment's TTL in whole seconds.
+    let assignment_ttl = duration(
+        "rlqs.assignment_ttl",
+        section.assignment_ttl.as_ref(),
+        DEFAULT_ASSIGNMENT_TTL,
+        true,
+    )?;
+    let abandon_after = duration(
+        "rlqs.abandon_after",
+        section.abandon_after.as_ref(),
+        DEFAULT_ABANDON_AFTER,
+        false,
+    )?;
+    let unmatched = match section.unmatched.as_deref() {
+        None | Some("allow") => Unmatched::Allow,
+        Some("deny") => Unmatched::Deny,
+        Some(other) => {
+            return Err(in_file(
+                "rlqs.unmatched",
+                format!("{other:?} is not one of allow, deny"),
+            ));
+        }
+    };
+    let buckets = section
+        .buckets
+        .iter()
+        .flatten()
+        .enumerate()
+        .map(|(index, bucket)| {
+            bucket_rule(bucket, max_counters).map_err(|(field, message)| {
+                in_file(&format!("rlqs.buckets[{index}].{field}"), message)
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(RlqsConfig {
+        listen,
+        assignment_ttl,
+        abandon_after,
+        unmatched,
+        buckets,
+    })
+}
+
+fn bucket_rule(
+    bucket: &BucketSection,
+    max_counters: usize,
+) -> Result<BucketRule, (&'static str, String)> {
+    if bucket.domain.as_deref() == Some("") {
+        return Err((
+            "domain",
+            "must not be empty (leave it out for every domain)".into(),
+        ));
+    }
+    for (key, value) in &bucket.matches {
+        if key.is_empty() || value.is_empty() {
+            return Err(("match", "labels and values must not be empty".into()));
+        }
+    }
+    let window_ms = parse_duration_ms(&bucket.window).map_err(|message| ("window", message))?;
+    let limit = Limit::new(bucket.limit, window_ms, bucket.precision.unwrap_or(1))
+        .map_err(|error| (error.field(), error.to_string()))?;
+    let counters = limit.window().precision() as usize + 1;
+    if counters > max_counters {
+        return Err((
+            "precision",
+            format!("touches {counters} counters, more than limits.max_counters ({max_counters})"),
+        ));
+    }
+    Ok(BucketRule {
+        domain: bucket.domain.clone(),
+        matches: bucket.matches.clone(),
+        limit,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::super::Config;
+    use super::*;
+
+    fn resolve(text: &str) -> Result<RlqsConfig, String> {
+        Config::resolve(
+            Some((Path::new("slidegate.toml"), text)),
+            &Overrides::default(),
+        )
+        .map(|config| config.rlqs)
+        .map_err(|error| error.to_string())
+    }
+
+    #[cfg(feature = "grpc")]
+    #[test]
+    fn the_issue_example_loads() {
+        let rlqs = resolve(
+            r#"
+[rlqs]
+listen = "0.0.0.0:18082"
+assignment_ttl = "10s"
+abandon_after = "60s"
+unmatched = "deny"
+
+[[rlqs.buckets]]
+domain = "envoy"
+match = { name = "api", tenant = "*" }
+limit = 1000
+window = "1m"
+precision = 10
+"#,
+        )
+        .unwrap();
+        assert_eq!(rlqs.listen.unwrap().to_string(), "0.0.0.0:18082");
+        assert_eq!(rlqs.unmatched, Unmatched::Deny);
+        let rule = &rlqs.buckets[0];
+        assert_eq!(rule.limit.limit(), 1000);
+        assert_eq!(rule.limit.window().precision(), 10);
+        let labels = [("name", "api"), ("tenant", "t1")];
+        let label = |key: &str| labels.iter().find(|(k, _)| *k == key).map(|(_, v)| *v);
+        assert!(rule.matches("envoy", label));
+        assert!(!rule.matches("other", label));
+        assert!(!rule.matches("envoy", |key| (key == "name").then_some("api")));
+    }
+
+    #[test]
+    fn defaults_need_no_section() {
+        assert_eq!(resolve("").unwrap(), RlqsConfig::default());
+    }
+
+    #[test]
+    fn bad_values_name_the_field() {
+        let cases = [
+            (
+                "[rlqs]\nassignment_ttl = \"1500ms\"",
+                "rlqs.assignment_ttl: must be whole seconds",
+            ),
+            ("[rlqs]\nassignment_ttl = \"0s\"", "rlqs.assignment_ttl:"),
+            ("[rlqs]\nabandon_after = \"soon\"", "rlqs.abandon_after:"),
+            (
+                "[rlqs]\nunmatched = \"maybe\"",
+                "rlqs.unmatched: \"maybe\" is not one of",
+            ),
+            (
+                "[[rlqs.buckets]]\nlimit = 0\nwindow = \"1s\"",
+                "rlqs.buckets[0].limit:",
+            ),
+            (
+                "[[rlqs.buckets]]\nlimit = 1\nwindow = \"1s\"\nprecision = 7",
+                "rlqs.buckets[0].precision:",
+            ),
+            (
+                "[[rlqs.buckets]]\nlimit = 1\nwindow = \"1y\"",
+                "rlqs.buckets[0].window:",
+            ),
+            (
+                "[[rlqs.buckets]]\nlimit = 1\nwindow = \"1s\"\nmatch = { name = \"\" }",
+                "rlqs.buckets[0].match:",
+            ),
+            ("[rlqs]\nlisten = \"nowhere\"", "rlqs.listen:"),
+        ];
+        for (text, expected) in cases {
+            let error = resolve(text).unwrap_err();
+            assert!(error.contains(expected), "{text:?}: {error}");
+        }
+    }
+}

@@ -1,0 +1,52 @@
+//! What every gRPC face (Envoy RLS, Envoy RLQS) shares: its listener's
+//! connections under the server's connection cap and quiet timeout, the API
+//! token check, and the codec that makes undecodable bytes the caller's
+//! error. One module, so the two faces cannot drift apart.
+//!
+//! | module | owns |
+//! |---|---|
+//! | `capped` | the listener's connections, under the server's connection cap |
+//! | `codec` | prost's codec, with undecodable requests the caller's error |
+
+mod capped;
+pub(crate) mod codec;
+
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tonic::Status;
+use tonic::metadata::MetadataMap;
+use tonic::service::Routes;
+
+use super::App;
+
+/// Serve `routes` on `listener` until `shutdown` completes: HTTP/2 without
+/// TLS (as Envoy's `envoy_grpc` cluster with `http2_protocol_options`
+/// speaks it), connections taken under `app`'s cap and closed after its
+/// quiet timeout.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    app: Arc<App>,
+    routes: Routes,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), tonic::transport::Error> {
+    let incoming = capped::incoming(listener, app.clone());
+    // Pings that a live peer answers within its quiet timeout (`capped`).
+    let ping_every = app.guard.quiet_timeout() / 3;
+    tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(ping_every))
+        .add_routes(routes)
+        .serve_with_incoming_shutdown(incoming, shutdown)
+        .await
+}
+
+/// UNAUTHENTICATED unless the call carries a valid API token (when tokens
+/// are set): the tokens guard the gRPC faces as they guard /v1/check. Envoy
+/// sends one as `initial_metadata` of its `grpc_service`.
+pub(crate) fn authorize(app: &App, metadata: &MetadataMap) -> Result<(), Status> {
+    let authorization = metadata.get("authorization");
+    match (app.guard).token_refusal(authorization.map(|value| value.as_bytes())) {
+        Some(message) => Err(Status::unauthenticated(message)),
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,103 @@
+//! The RLQS counters. Their labels are fixed (the strategy sent), never
+//! taken from bucket ids, so their number does not grow with what clients
+//! send.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+
+/// The assignment strategies sent, as `strategy` labels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Strategy {
+    TokenBucket,
+    AllowAll,
+    DenyAll,
+}
+
+impl Strategy {
+    const ALL: [Strategy; 3] = [Strategy::TokenBucket, Strategy::AllowAll, Strategy::DenyAll];
+
+    fn label(self) -> &'static str {
+        match self {
+            Strategy::TokenBucket => "token_bucket",
+            Strategy::AllowAll => "allow_all",
+            Strategy::DenyAll => "deny_all",
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct RlqsMetrics {
+    streams: AtomicU64,
+    reports: AtomicU64,
+    assignments: [AtomicU64; 3],
+    abandons: AtomicU64,
+}
+
+/// An open stream, counted in `slidegate_rlqs_streams` until dropped.
+pub struct OpenStream<'a>(&'a RlqsMetrics);
+
+impl Drop for OpenStream<'_> {
+    fn drop(&mut self) {
+        self.0.streams.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl RlqsMetrics {
+    pub fn opened(&self) -> OpenStream<'_> {
+        self.streams.fetch_add(1, Ordering::Relaxed);
+        OpenStream(self)
+    }
+
+    pub fn report(&self) {
+        self.reports.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn assigned(&self, strategy: Strategy) {
+        self.assignments[strategy as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn abandoned(&self, buckets: usize) {
+        self.abandons.fetch_add(buckets as u64, Ordering::Relaxed);
+    }
+
+    pub fn encode(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        let family = encoder.encode_descriptor(
+            "slidegate_rlqs_streams",
+            "RLQS streams open now.",
+            None,
+            MetricType::Gauge,
+        )?;
+        ConstGauge::new(load(&self.streams) as i64).encode(family)?;
+        let family = encoder.encode_descriptor(
+            "slidegate_rlqs_reports",
+            "RLQS usage reports received (one message, any number of buckets).",
+            None,
+            MetricType::Counter,
+        )?;
+        ConstCounter::new(load(&self.reports)).encode(family)?;
+        let mut family = encoder.encode_descriptor(
+            "slidegate_rlqs_assignments",
+            "RLQS bucket assignments sent, by strategy.",
+            None,
+            MetricType::Counter,
+        )?;
+        for strategy in Strategy::ALL {
+            let labels = [("strategy", strategy.label())];
+            let value = load(&self.assignments[strategy as usize]);
+            ConstCounter::new(value).encode(family.encode_family(&labels)?)?;
+        }
+        let family = encoder.encode_descriptor(
+            "slidegate_rlqs_abandons",
+            "RLQS buckets abandoned: a stream left them unreported for rlqs.abandon_after.",
+            None,
+            MetricType::Counter,
+        )?;
+        ConstCounter::new(load(&self.abandons)).encode(family)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,124 @@
+//! Envoy's rate-limit quota service (RLQS v3, `StreamRateLimitQuotas`): one
+//! global limit for a whole Envoy fleet, off the request path. Envoys report
+//! each bucket's usage every few seconds over one stream and enforce the
+//! assignments they get back; every report's allowed requests are counted
+//! in the bucket's sliding window through the same [`Limiter`] as the other
+//! faces, so all slidegate instances share one count. See docs/rlqs.md.
+//!
+//! | module | owns |
+//! |---|---|
+//! | `rules` | the `[[rlqs.buckets]]` rules, compiled; a bucket id's rule and counter key |
+//! | `shares` | the quota arithmetic, pure: free quota and demand in, an assignment out |
+//! | `stream` | one stream's state: its domain, its buckets, when each was last reported |
+//! | `demand` | every stream's demand per bucket, on this instance |
+//! | `service` | the gRPC service: reports in, assignments and abandons out |
+//! | `metrics` | the RLQS counters |
+//!
+//! The listener (connection cap, quiet timeout, API tokens, codec) is the
+//! one every gRPC face shares: [`super::grpc`].
+//!
+//! [`Limiter`]: crate::Limiter
+
+mod demand;
+mod metrics;
+mod rules;
+mod service;
+pub mod shares;
+mod stream;
+
+use std::sync::{Arc, RwLock};
+
+use tokio::net::TcpListener;
+
+use super::App;
+use crate::config::RlqsConfig;
+use demand::Demands;
+use metrics::RlqsMetrics;
+use rules::Settings;
+use service::RlqsService;
+
+/// The code generated from `proto/` by `build.rs`. The client is there for
+/// tests and load drivers.
+#[allow(clippy::all, missing_docs)]
+pub mod pb {
+    pub mod envoy {
+        pub mod r#type {
+            pub mod v3 {
+                pub use crate::server::rls::pb::envoy::r#type::v3::*;
+            }
+        }
+        pub mod service {
+            pub mod rate_limit_quota {
+                pub mod v3 {
+                    tonic::include_proto!("envoy.service.rate_limit_quota.v3");
+                }
+            }
+        }
+    }
+}
+
+/// The RLQS settings in force, every stream's demand, and the counters.
+#[derive(Debug)]
+pub struct Rlqs {
+    /// What a reload replaces; a report is answered under one snapshot.
+    settings: RwLock<Arc<Settings>>,
+    demands: Demands,
+    metrics: RlqsMetrics,
+}
+
+impl Rlqs {
+    pub fn new(config: &RlqsConfig) -> Rlqs {
+        Rlqs {
+            settings: RwLock::new(Arc::new(Settings::new(config))),
+            demands: Demands::default(),
+            metrics: RlqsMetrics::default(),
+        }
+    }
+
+    /// Put a reloaded `[rlqs]` in force: the next report of every stream is
+    /// answered under it (the listener stays as it was started).
+    pub fn apply(&self, config: &RlqsConfig) {
+        *self
+            .settings
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Arc::new(Settings::new(config));
+    }
+
+    fn settings(&self) -> Arc<Settings> {
+        // A panic while swapping cannot leave half an Arc behind.
+        self.settings
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+}
+
+/// The RLQS families in the server's registry.
+#[derive(Debug)]
+pub(crate) struct RlqsCollector(pub Arc<Rlqs>);
+
+impl prometheus_client::collector::Collector for RlqsCollector {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        self.0.metrics.encode(&mut encoder)
+    }
+}
+
+/// Serve `StreamRateLimitQuotas` on `listener` until `shutdown` completes,
+/// counting with `app`'s limiter under the `[rlqs]` settings `app` was given
+/// ([`App::with_rlqs`]).
+pub async fn serve(
+    listener: TcpListener,
+    app: Arc<App>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), tonic::transport::Error> {
+    use pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
+    let service = RlqsService {
+        app: app.clone(),
+        rlqs: app.rlqs.clone(),
+    };
+    let routes = tonic::service::Routes::new(RateLimitQuotaServiceServer::new(service));
+    super::grpc::serve(listener, app, routes, shutdown).await
+}

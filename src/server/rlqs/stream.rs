@@ -1,0 +1,144 @@
+//! One stream's state: the domain its first message named, and each bucket
+//! it reports with when it last did, so that a bucket it stops reporting is
+//! abandoned after `abandon_after`. Pure: the time comes in as an argument.
+
+use std::collections::HashMap;
+
+use tonic::Status;
+
+use super::pb::envoy::service::rate_limit_quota::v3::BucketId;
+
+/// The most buckets one stream may keep: what a client can make a stream
+/// hold is bounded, as an HTTP body is.
+pub const MAX_BUCKETS_PER_STREAM: usize = 10_000;
+
+#[derive(Debug)]
+pub struct StreamState {
+    /// Tells this stream's demand apart from other streams'.
+    pub id: u64,
+    domain: Option<String>,
+    /// By counter key.
+    buckets: HashMap<String, Tracked>,
+}
+
+#[derive(Debug)]
+struct Tracked {
+    bucket_id: BucketId,
+    last_report_ms: u64,
+}
+
+impl StreamState {
+    pub fn new(id: u64) -> StreamState {
+        StreamState {
+            id,
+            domain: None,
+            buckets: HashMap::new(),
+        }
+    }
+
+    /// The domain of a message: the first message must name it; a later
+    /// one may leave it empty (the proto asks for it only once; Envoy sends
+    /// it every time), but may not name another.
+    pub fn domain(&mut self, named: &str) -> Result<String, Status> {
+        match (&self.domain, named) {
+            (None, "") => Err(Status::invalid_argument(
+                "domain: must not be empty in a stream's first message",
+            )),
+            (None, named) => {
+                self.domain = Some(named.to_owned());
+                Ok(named.to_owned())
+            }
+            (Some(own), "") => Ok(own.clone()),
+            (Some(own), named) if own == named => Ok(own.clone()),
+            (Some(own), named) => Err(Status::invalid_argument(format!(
+                "domain: this stream serves {own:?}, not {named:?}: one domain a stream"
+            ))),
+        }
+    }
+
+    /// A report of `key` at `now_ms`: how long since the previous one on
+    /// this stream (`None` for its first).
+    pub fn reported(
+        &mut self,
+        key: &str,
+        bucket_id: &BucketId,
+        now_ms: u64,
+    ) -> Result<Option<u64>, Status> {
+        if let Some(tracked) = self.buckets.get_mut(key) {
+            let since = now_ms.saturating_sub(tracked.last_report_ms);
+            tracked.last_report_ms = now_ms;
+            return Ok(Some(since));
+        }
+        if self.buckets.len() >= MAX_BUCKETS_PER_STREAM {
+            return Err(Status::invalid_argument(format!(
+                "bucket_quota_usages: a stream may report at most {MAX_BUCKETS_PER_STREAM} buckets"
+            )));
+        }
+        let tracked = Tracked {
+            bucket_id: bucket_id.clone(),
+            last_report_ms: now_ms,
+        };
+        self.buckets.insert(key.to_owned(), tracked);
+        Ok(None)
+    }
+
+    /// The buckets not reported for `after_ms` (counter key and id),
+    /// forgotten by this stream.
+    pub fn abandon(&mut self, now_ms: u64, after_ms: u64) -> Vec<(String, BucketId)> {
+        let stale: Vec<String> = self
+            .buckets
+            .iter()
+            .filter(|(_, tracked)| now_ms.saturating_sub(tracked.last_report_ms) >= after_ms)
+            .map(|(key, _)| key.clone())
+            .collect();
+        stale
+            .into_iter()
+            .filter_map(|key| {
+                let tracked = self.buckets.remove(&key)?;
+                Some((key, tracked.bucket_id))
+            })
+            .collect()
+    }
+
+    /// Every bucket's counter key, for the stream's end.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.buckets.keys().map(String::as_str)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(name: &str) -> BucketId {
+        BucketId {
+            bucket: [("name".to_owned(), name.to_owned())].into(),
+        }
+    }
+
+    #[test]
+    fn the_first_message_names_the_domain_and_later_ones_may_not_change_it() {
+        let mut stream = StreamState::new(1);
+        let error = stream.domain("").unwrap_err();
+        assert!(error.message().starts_with("domain:"), "{error:?}");
+        assert_eq!(stream.domain("envoy").unwrap(), "envoy");
+        assert_eq!(stream.domain("").unwrap(), "envoy");
+        assert_eq!(stream.domain("envoy").unwrap(), "envoy");
+        assert!(stream.domain("other").is_err());
+    }
+
+    #[test]
+    fn a_bucket_left_unreported_is_abandoned_once() {
+        let mut stream = StreamState::new(1);
+        assert_eq!(stream.reported("a", &id("a"), 1_000).unwrap(), None);
+        assert_eq!(stream.reported("b", &id("b"), 1_000).unwrap(), None);
+        assert_eq!(stream.reported("a", &id("a"), 3_500).unwrap(), Some(2_500));
+        assert!(stream.abandon(60_999, 60_000).is_empty());
+        let abandoned = stream.abandon(61_000, 60_000);
+        assert_eq!(abandoned, vec![("b".to_owned(), id("b"))]);
+        assert!(stream.abandon(61_000, 60_000).is_empty());
+        assert_eq!(stream.keys().collect::<Vec<_>>(), ["a"]);
+        // Reported again, it is new again.
+        assert_eq!(stream.reported("b", &id("b"), 62_000).unwrap(), None);
+    }
+}

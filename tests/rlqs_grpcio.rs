@@ -1,0 +1,148 @@
+//! Envoy RLQS with a gRPC client that is not ours: python `grpcio`, with
+//! stubs generated here from the vendored protos (`proto/`), against the
+//! real `slidegate` binary on a real memcached, in real time. The script
+//! (tests/rlqs_grpcio/envoy_like.py) checks first answers, unmatched
+//! buckets and bad input, then plays two Envoys at 2.7 x a limit.
+//!
+//! Python tools live in a venv this test creates under target/
+//! (target/test-venv-rlqs), with `grpcio grpcio-tools` from pip. Without
+//! python3 or pip the test says SKIPPED loudly, and under `CI=true` fails.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+/// A small limit in a short window: the script runs in real time.
+const LIMIT: u32 = 30;
+const WINDOW_S: u32 = 3;
+
+/// The venv's python, with grpcio and grpcio-tools installed.
+fn python() -> Result<PathBuf, String> {
+    let venv = Path::new(ROOT).join("target/test-venv-rlqs");
+    let python = venv.join("bin/python3");
+    let importable = || {
+        Command::new(&python)
+            .args(["-c", "import grpc, grpc_tools.protoc"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success())
+    };
+    if importable() {
+        return Ok(python);
+    }
+    let run = |program: &Path, args: &[&str]| -> Result<(), String> {
+        let output = Command::new(program)
+            .args(args)
+            .output()
+            .map_err(|error| format!("cannot run {}: {error}", program.display()))?;
+        if output.status.success() {
+            Ok(())
+        } else {
+            Err(String::from_utf8_lossy(&output.stderr).into_owned())
+        }
+    };
+    run(
+        Path::new("python3"),
+        &["-m", "venv", &venv.display().to_string()],
+    )?;
+    run(
+        &python,
+        &["-m", "pip", "install", "--quiet", "grpcio", "grpcio-tools"],
+    )?;
+    if importable() {
+        Ok(python)
+    } else {
+        Err("grpcio installed but not importable".to_owned())
+    }
+}
+
+fn generate_stubs(python: &Path, out: &Path) {
+    let well_known = Command::new(python)
+        .args([
+            "-c",
+            "import grpc_tools, os; print(os.path.join(os.path.dirname(grpc_tools.__file__), '_proto'))",
+        ])
+        .output()
+        .expect("python runs");
+    let well_known = String::from_utf8(well_known.stdout).unwrap();
+    let output = Command::new(python)
+        .args(["-m", "grpc_tools.protoc"])
+        .arg(format!("-I{}", Path::new(ROOT).join("proto").display()))
+        .arg(format!("-I{}", well_known.trim()))
+        .arg(format!("--python_out={}", out.display()))
+        .arg(format!("--grpc_python_out={}", out.display()))
+        .args([
+            "envoy/service/rate_limit_quota/v3/rlqs.proto",
+            "envoy/type/v3/ratelimit_strategy.proto",
+            "envoy/type/v3/ratelimit_unit.proto",
+            "envoy/type/v3/token_bucket.proto",
+        ])
+        .output()
+        .expect("grpc_tools.protoc runs");
+    assert!(
+        output.status.success(),
+        "grpc_tools.protoc failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// Start the binary with an `[rlqs]` file; return it and the RLQS address.
+fn start_slidegate(dir: &Path, memcached: &str) -> (common::process::Logged, String) {
+    let config = dir.join("slidegate.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[rlqs]\nlisten = \"127.0.0.1:0\"\n\n[[rlqs.buckets]]\ndomain = \"envoy\"\n\
+             match = {{ name = \"api\" }}\nlimit = {LIMIT}\nwindow = \"{WINDOW_S}s\"\nprecision = {WINDOW_S}\n"
+        ),
+    )
+    .unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_slidegate"));
+    command
+        .args(["--listen", "127.0.0.1:0", "--memcached", memcached])
+        .args(["--namespace", &common::unique_namespace()])
+        .arg("--config")
+        .arg(&config)
+        .env_remove("SLIDEGATE_RLQS_LISTEN");
+    common::process::start_announcing(command, "serving Envoy RLQS (gRPC) on ")
+}
+
+#[test]
+fn grpcio_plays_envoy_against_the_binary() {
+    let python = match python() {
+        Ok(python) => python,
+        Err(reason) if std::env::var("CI").as_deref() == Ok("true") => {
+            panic!("python3 with grpcio is required under CI: {reason}")
+        }
+        Err(reason) => {
+            eprintln!("SKIPPED grpcio_plays_envoy_against_the_binary: {reason}");
+            return;
+        }
+    };
+    let dir = std::env::temp_dir().join(format!("slidegate-rlqs-grpcio-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    generate_stubs(&python, &dir);
+
+    let memcached = common::shared_memcached();
+    let (_server, addr) = start_slidegate(&dir, &memcached.addr());
+    let mut script = Command::new(&python);
+    script
+        .arg(Path::new(ROOT).join("tests/rlqs_grpcio/envoy_like.py"))
+        .arg(&dir)
+        .arg(&addr)
+        .args([LIMIT.to_string(), WINDOW_S.to_string()]);
+    let output = common::process::output_within(script, Duration::from_secs(90));
+    let _ = std::fs::remove_dir_all(&dir);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    eprintln!("{stdout}{stderr}");
+    assert!(
+        output.status.success(),
+        "envoy_like.py failed:\n{stdout}{stderr}"
+    );
+    assert!(stdout.contains(" passed, 0 failed"), "{stdout}");
+}
