@@ -406,6 +406,7 @@ servers = ["127.0.0.1:9"]
 timeout_ms = 75
 namespace = "elsewhere"
 connections = 3
+coalesce = false
 discovery = "127.0.0.1:10"
 discovery_interval_ms = 2000
 tls = true

@@ -62,6 +62,14 @@ pub struct Overrides {
     /// Counters the embedded in-memory store holds before it evicts [default: 1000000].
     #[arg(long, env = "SLIDEGATE_MEMORY_CAPACITY", value_name = "COUNTERS")]
     pub memory_capacity: Option<u64>,
+    /// Turn off same-key coalescing (concurrent checks of one key sharing
+    /// one store exchange); `SLIDEGATE_COALESCE=false` does the same.
+    #[arg(long)]
+    pub no_coalesce: bool,
+    /// `SLIDEGATE_COALESCE` (`true` or `false`), the twin of
+    /// `--no-coalesce`: read here, not by clap, since it says the opposite.
+    #[arg(skip = std::env::var("SLIDEGATE_COALESCE").ok())]
+    pub coalesce_env: Option<String>,
     /// API tokens, comma-separated, from `SLIDEGATE_API_TOKENS` only: a
     /// flag would show them to anyone who can list processes.
     #[arg(skip = std::env::var("SLIDEGATE_API_TOKENS").ok())]

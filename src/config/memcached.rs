@@ -25,6 +25,7 @@ pub(super) struct MemcachedSection {
     pub(super) tls: Option<bool>,
     pub(super) tls_ca_file: Option<PathBuf>,
     pub(super) tls_server_name: Option<String>,
+    pub(super) coalesce: Option<bool>,
 }
 
 /// What the section settles.
@@ -34,6 +35,7 @@ pub(super) struct Memcached {
     pub connections: usize,
     pub cluster: ClusterConfig,
     pub timeout: Duration,
+    pub coalesce: bool,
 }
 
 pub(super) fn resolve(
@@ -90,7 +92,24 @@ pub(super) fn resolve(
         connections,
         cluster,
         timeout: Duration::from_millis(timeout_ms),
+        coalesce: coalesce(file, overrides)?,
     })
+}
+
+/// Same-key coalescing: on unless `--no-coalesce`, else `SLIDEGATE_COALESCE`,
+/// else `memcached.coalesce`, turns it off.
+fn coalesce(file: &MemcachedSection, overrides: &Overrides) -> Result<bool, ConfigError> {
+    if overrides.no_coalesce {
+        return Ok(false);
+    }
+    match overrides.coalesce_env.as_deref().map(str::trim) {
+        Some("true" | "1") => Ok(true),
+        Some("false" | "0") => Ok(false),
+        Some(other) => Err(ConfigError(format!(
+            "SLIDEGATE_COALESCE: must be true or false, got {other:?}"
+        ))),
+        None => Ok(file.coalesce.unwrap_or(true)),
+    }
 }
 
 fn check_namespace(namespace: &str) -> Result<String, String> {

@@ -94,6 +94,8 @@ pub struct Config {
     pub namespace: String,
     /// Multiplexed connections per Memcached server.
     pub connections: usize,
+    /// Whether concurrent checks of one key share one store exchange.
+    pub coalesce: bool,
     /// Auto Discovery and TLS (ElastiCache).
     pub cluster: ClusterConfig,
     pub timeout: Duration,
@@ -201,6 +203,7 @@ impl Config {
             servers: store.servers,
             namespace: store.namespace,
             connections: store.connections,
+            coalesce: store.coalesce,
             cluster: store.cluster,
             timeout: store.timeout,
             near_cache_capacity: near_cache.capacity,

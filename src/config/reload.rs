@@ -76,6 +76,7 @@ pub const RESTART_ONLY: &[&str] = &[
     "memcached.timeout_ms",
     "memcached.namespace",
     "memcached.connections",
+    "memcached.coalesce",
     "memcached.discovery",
     "memcached.discovery_interval_ms",
     "memcached.tls",
@@ -211,6 +212,7 @@ pub fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'static str>
         servers,
         namespace,
         connections,
+        coalesce,
         cluster,
         timeout,
         near_cache_capacity,
@@ -267,6 +269,7 @@ pub fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'static str>
         ("memcached.timeout_ms", *timeout != new.timeout),
         ("memcached.namespace", *namespace != new.namespace),
         ("memcached.connections", *connections != new.connections),
+        ("memcached.coalesce", *coalesce != new.coalesce),
         ("memcached.discovery", *discovery != new.cluster.discovery),
         (
             "memcached.discovery_interval_ms",
@@ -371,6 +374,7 @@ servers = ["127.0.0.1:1"]
 timeout_ms = 51
 namespace = "other"
 connections = 3
+coalesce = false
 discovery = "127.0.0.1:2"
 discovery_interval_ms = 5000
 tls = true

@@ -288,6 +288,7 @@ impl App {
             .max_counters(config.max_counters)
             .local_capacity(config.memory_capacity)
             .failure_mode(config.failure_mode)
+            .coalesce(config.coalesce)
             .build();
         let mut app = App::new(
             limiter,
