@@ -26,9 +26,10 @@
 //! | [`limiter`] | [`Limiter`]: near-cache, then store, then window; failure modes |
 //! | [`near_cache`] | the moka cache of hot rejects |
 //! | [`store`] | the [`Store`] trait, [`MemoryStore`], `MemcachedStore` (feature `memcached`) |
-//! | [`metrics`] | what the limiter counts about itself, as `prometheus-client` metrics |
+//! | [`metrics`] | what the limiter counts about itself, as `prometheus-client` metrics; it takes plain outcomes, never the limiter's types |
+//! | [`source`] | where a decision came from ([`Source`]): below both the limiter and the metrics |
 //! | `tower` | [`tower::RateLimitLayer`], limiting any tower/axum/hyper service (feature `tower`) |
-//! | `server` | the HTTP service (feature `server`): routes, `/metrics`, hot reload; `server::rls`, Envoy RLS over gRPC (feature `grpc`) |
+//! | `server` | the HTTP service (feature `server`): routes, `/metrics`, hot reload; `server::rls` and `server::rlqs`, Envoy RLS and RLQS over gRPC (feature `grpc`) |
 //! | `config` | file, environment and flags, validation, reload (feature `server`) |
 //!
 //! # Example
@@ -74,6 +75,7 @@ pub mod near_cache;
 pub mod policy;
 #[cfg(feature = "server")]
 pub mod server;
+pub mod source;
 pub mod store;
 #[cfg(feature = "tower")]
 pub mod tower;

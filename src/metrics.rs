@@ -20,7 +20,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use crate::limiter::{Decision, Source};
+use crate::source::Source;
 use crate::store::StoreError;
 
 /// Upper bounds of the latency buckets, in seconds: 100 µs (a near-cache
@@ -57,11 +57,11 @@ impl Outcome {
         Outcome::exempt,
     ];
 
-    fn of(decision: &Decision) -> Outcome {
-        if decision.shadow && !decision.would_allow {
+    fn of(decided: Decided) -> Outcome {
+        if decided.shadow_refusal {
             Outcome::shadow
         } else {
-            match (decision.source, decision.allowed) {
+            match (decided.source, decided.allowed) {
                 (Source::Fallback, _) => Outcome::fallback,
                 (Source::Exempt, _) => Outcome::exempt,
                 (Source::NearCache, _) => Outcome::near_cache,
@@ -70,6 +70,16 @@ impl Outcome {
             }
         }
     }
+}
+
+/// A decision as the metrics count it: plain values the limiter hands
+/// over, so that this module needs none of the limiter's types.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Decided {
+    pub source: Source,
+    pub allowed: bool,
+    /// Shadow mode admitted what the limits refused.
+    pub shadow_refusal: bool,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -283,9 +293,9 @@ impl Metrics {
     }
 
     /// One decision of a policy (by its scope), and how long it took.
-    pub(crate) fn decided(&self, scope: &str, decision: &Decision, took: Duration) {
+    pub(crate) fn decided(&self, scope: &str, decided: Decided, took: Duration) {
         self.check_duration.observe(took.as_secs_f64());
-        self.count_outcome(scope, Outcome::of(decision));
+        self.count_outcome(scope, Outcome::of(decided));
     }
 
     /// A check the failure mode refused with an error (`deny`).

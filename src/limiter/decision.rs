@@ -7,39 +7,7 @@ use crate::policy::{MAX_AMOUNT, Policy, PolicyError};
 use crate::store::StoreError;
 use crate::window::{self, LimitState, Verdict};
 
-/// Where a decision came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Source {
-    Store,
-    NearCache,
-    /// The store failed; the failure mode decided.
-    Fallback,
-    /// The key (or the client's address) is exempt: admitted, nothing read
-    /// or counted.
-    Exempt,
-}
-
-impl Source {
-    pub const ALL: [Source; 4] = [
-        Source::Store,
-        Source::NearCache,
-        Source::Fallback,
-        Source::Exempt,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Source::Store => "store",
-            Source::NearCache => "near_cache",
-            Source::Fallback => "fallback",
-            Source::Exempt => "exempt",
-        }
-    }
-
-    pub(crate) fn index(self) -> usize {
-        self as usize
-    }
-}
+pub use crate::source::Source;
 
 /// The answer to a check, peek or report. Being over a limit is a normal
 /// decision (`allowed: false`), not an error.
@@ -65,6 +33,15 @@ pub struct Decision {
 }
 
 impl Decision {
+    /// What the metrics count of it.
+    pub(crate) fn decided(&self) -> crate::metrics::Decided {
+        crate::metrics::Decided {
+            source: self.source,
+            allowed: self.allowed,
+            shadow_refusal: self.shadow && !self.would_allow,
+        }
+    }
+
     pub(super) fn new(verdict: Verdict, source: Source) -> Decision {
         Decision {
             allowed: verdict.allowed,

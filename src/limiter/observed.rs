@@ -33,7 +33,9 @@ impl<S: Store> Limiter<S> {
     ) {
         let took = started.elapsed();
         match result {
-            Ok(decision) => self.metrics.decided(policy.scope(), decision, took),
+            Ok(decision) => self
+                .metrics
+                .decided(policy.scope(), decision.decided(), took),
             Err(CheckError::StoreUnavailable(_)) => {
                 self.metrics.refused_by_failure(policy.scope(), took)
             }

@@ -15,7 +15,7 @@
 //! | `metrics` | the RLQS counters |
 //!
 //! The listener (connection cap, quiet timeout, API tokens, codec) is the
-//! one every gRPC face shares: [`super::grpc`].
+//! one every gRPC face shares: `server::grpc`.
 //!
 //! [`Limiter`]: crate::Limiter
 

@@ -10,7 +10,7 @@
 //! | `metrics` | counters per domain and rule, bounded by the configuration |
 //!
 //! The listener (connection cap, quiet timeout, API tokens, codec) is the
-//! one every gRPC face shares: [`super::grpc`].
+//! one every gRPC face shares: `server::grpc`.
 
 mod metrics;
 mod rules;
