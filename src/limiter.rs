@@ -330,84 +330,29 @@ impl<S: Store> Limiter<S> {
         }
         let digest = KeyDigest::of(policy.scope(), key);
         let near_key = NearKey::new(digest, policy);
-        let mut now_ms = self.clock.now_ms();
-        let mut attempt = 1;
-        loop {
-            if counting != Counting::Always
-                && let Some(refused) = self
-                    .near_cache_refusal(digest, near_key, policy, cost, now_ms, deadline)
+        let now_ms = self.clock.now_ms();
+        if counting != Counting::Always
+            && let Some(refused) = self
+                .near_cache_refusal(digest, near_key, policy, cost, now_ms, deadline)
+                .await
+        {
+            return Ok(self.done(refused));
+        }
+        let arrival = coalesce::Arrival {
+            digest,
+            near_key,
+            cost,
+            counting,
+            now_ms,
+            deadline,
+        };
+        match &self.coalescer {
+            Some(coalescer) => self.decide_together(coalescer, policy, arrival).await,
+            // Without coalescing, a check is a batch of one.
+            None => {
+                self.lead(&mut coalesce::Lead::alone(arrival), policy, arrival)
                     .await
-            {
-                return Ok(self.done(refused));
             }
-
-            if attempt == 1
-                && let Some(coalescer) = &self.coalescer
-            {
-                let arrival = coalesce::Arrival {
-                    digest,
-                    near_key,
-                    cost,
-                    counting,
-                    now_ms,
-                    deadline,
-                };
-                return self.decide_together(coalescer, policy, arrival).await;
-            }
-            let layouts: Vec<Layout> = policy
-                .limits()
-                .iter()
-                .map(|limit| layout(digest, limit, now_ms))
-                .collect();
-            let batch = counters::batch(&layouts, cost, counting, now_ms);
-            let counts = match self.timed(deadline, self.store.read_and_add(&batch)).await {
-                Ok(found) => counters::counts_before(&layouts, &batch, found),
-                Err(error) => {
-                    return self
-                        .fall_back(error, policy, &layouts, &batch, counting, now_ms)
-                        .await;
-                }
-            };
-            let verdict = window::decide(policy.limits(), &counts, now_ms, cost, counting);
-            if !verdict.allowed && counting != Counting::Always {
-                // A check added its cost to the current counters: take it back.
-                let after_rollback = if batch.adds.is_empty() {
-                    None
-                } else {
-                    self.roll_back(deadline, &batch.adds, cost, now_ms).await
-                };
-                self.remember(near_key, policy, &counts, after_rollback, cost, now_ms);
-            } else if counting == Counting::IfAdmitted
-                && let Some(crossing) = boundary::recheck(
-                    policy.limits(),
-                    now_ms,
-                    self.clock.now_ms(),
-                    attempt,
-                    self.failure_mode,
-                )
-            {
-                match crossing {
-                    Crossing::Stands(error) => {
-                        self.metrics.store_error(&error);
-                        let decision = Decision::new(verdict, Source::Store);
-                        return Ok(self.done(boundary::stands(decision)));
-                    }
-                    Crossing::Refused(error) => {
-                        self.metrics.store_error(&error);
-                        self.roll_back(deadline, &batch.adds, cost, now_ms).await;
-                        return self
-                            .fall_back(error, policy, &layouts, &batch, counting, now_ms)
-                            .await;
-                    }
-                    Crossing::Retry => {
-                        self.roll_back(deadline, &batch.adds, cost, now_ms).await;
-                        now_ms = self.clock.now_ms();
-                        attempt += 1;
-                        continue;
-                    }
-                }
-            }
-            return Ok(self.done(Decision::new(verdict, Source::Store)));
         }
     }
 

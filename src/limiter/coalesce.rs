@@ -20,6 +20,11 @@
 //! Checks, peeks and reports gather apart (they count differently); a batch
 //! never holds more than [`MAX_BATCH`] checks, the next gather behind it.
 //!
+//! A caller that gives up is not counted: its cost is taken back with the
+//! refused ones. One gap remains, as for a failed rollback: a check whose
+//! future is dropped without being polled again after its answer was sent
+//! (an aborted task) stays counted, which errs towards refusing.
+//!
 //! Who runs an exchange: the check that found nothing in flight, then, for
 //! each batch gathered behind it, the batch's first check, handed the lead
 //! ([`Turn::Lead`]). A leader that is dropped (its caller gave up) hands
@@ -177,16 +182,29 @@ impl Coalescer {
 /// A leader's hold on its key's turn: dropped before the batch is decided
 /// (its caller gave up), it passes the lead to the batch's other checks.
 pub(super) struct Lead<'a> {
-    pub coalescer: &'a Coalescer,
+    /// `None` for a check decided alone (coalescing off).
+    pub coalescer: Option<&'a Coalescer>,
     pub key: InFlight,
     /// The other checks of the batch, until they are answered.
     pub others: Vec<Member>,
 }
 
+impl Lead<'_> {
+    /// A batch of one, with no turn to pass on.
+    pub(super) fn alone(arrival: Arrival) -> Lead<'static> {
+        Lead {
+            coalescer: None,
+            key: (arrival.near_key, arrival.counting),
+            others: Vec::new(),
+        }
+    }
+}
+
 impl Drop for Lead<'_> {
     fn drop(&mut self) {
-        self.coalescer
-            .pass_on(self.key, std::mem::take(&mut self.others));
+        if let Some(coalescer) = self.coalescer {
+            coalescer.pass_on(self.key, std::mem::take(&mut self.others));
+        }
     }
 }
 
@@ -200,12 +218,12 @@ impl<S: Store> Limiter<S> {
         arrival: Arrival,
     ) -> Result<Decision, CheckError> {
         let Arrival {
-            digest,
             near_key,
             cost,
             counting,
             now_ms: arrived_ms,
             deadline,
+            ..
         } = arrival;
         let key = (near_key, counting);
         // A check that leads at once decides at the instant it arrived; one
@@ -214,6 +232,11 @@ impl<S: Store> Limiter<S> {
             Joined::Lead => (Vec::new(), arrived_ms),
             Joined::Wait(turn) => {
                 self.metrics.coalesced();
+                // Unconstrained by tokio's cooperative budget: an answer that
+                // is there is always taken. A budget-starved poll would let
+                // a caller's own timeout win and drop an answer that says
+                // "counted" unread.
+                let turn = tokio::task::unconstrained(turn);
                 match tokio::time::timeout_at(deadline.at(), turn).await {
                     Ok(Ok(Turn::Decided(result))) => return result,
                     Ok(Ok(Turn::Lead(others))) => (others, self.clock.now_ms()),
@@ -222,15 +245,17 @@ impl<S: Store> Limiter<S> {
                     // (its caller is gone when the batch answers).
                     Err(_) | Ok(Err(_)) => {
                         let error = StoreError::Timeout(self.timeout.as_millis() as u64);
-                        return self
-                            .fall_back_alone(error, digest, policy, cost, counting)
-                            .await;
+                        let waited = Arrival {
+                            now_ms: self.clock.now_ms(),
+                            ..arrival
+                        };
+                        return self.fall_back_alone(error, policy, waited).await;
                     }
                 }
             }
         };
         let mut lead = Lead {
-            coalescer,
+            coalescer: Some(coalescer),
             key,
             others,
         };
@@ -244,7 +269,7 @@ impl<S: Store> Limiter<S> {
     /// Run the batch of this check (`cost`, first) and `lead.others`:
     /// answer the others, take back what was refused, remember a refusal
     /// in the near-cache; this check's own answer is returned.
-    async fn lead(
+    pub(super) async fn lead(
         &self,
         lead: &mut Lead<'_>,
         policy: &Policy,
@@ -278,7 +303,7 @@ impl<S: Store> Limiter<S> {
                 Ok(found) => counters::counts_before(&layouts, &batch, found),
                 Err(error) => {
                     return self
-                        .fall_back_all(lead, error, digest, policy, cost, counting)
+                        .fall_back_all(lead, error, policy, Arrival { now_ms, ..arrival })
                         .await;
                 }
             };
@@ -309,7 +334,7 @@ impl<S: Store> Limiter<S> {
                         self.metrics.store_error(&error);
                         self.roll_back(deadline, &batch.adds, adding, now_ms).await;
                         return self
-                            .fall_back_all(lead, error, digest, policy, cost, counting)
+                            .fall_back_all(lead, error, policy, Arrival { now_ms, ..arrival })
                             .await;
                     }
                     Crossing::Retry => {
@@ -386,45 +411,41 @@ impl<S: Store> Limiter<S> {
     }
 
     /// The store failed for a whole batch: the failure mode decides each
-    /// check of it, alone.
+    /// check of it, alone, at the batch's instant.
     async fn fall_back_all(
         &self,
         lead: &mut Lead<'_>,
         error: StoreError,
-        digest: KeyDigest,
         policy: &Policy,
-        cost: u64,
-        counting: Counting,
+        batch: Arrival,
     ) -> Result<Decision, CheckError> {
         for member in std::mem::take(&mut lead.others) {
             if member.waiting() {
-                let result = self
-                    .fall_back_alone(error.clone(), digest, policy, member.cost, counting)
-                    .await;
-                member.answer(result);
+                let alone = Arrival {
+                    cost: member.cost,
+                    ..batch
+                };
+                member.answer(self.fall_back_alone(error.clone(), policy, alone).await);
             }
         }
-        self.fall_back_alone(error, digest, policy, cost, counting)
-            .await
+        self.fall_back_alone(error, policy, batch).await
     }
 
-    /// The failure mode's decision for one check, at the clock's instant.
+    /// The failure mode's decision for one check, at its instant.
     async fn fall_back_alone(
         &self,
         error: StoreError,
-        digest: KeyDigest,
         policy: &Policy,
-        cost: u64,
-        counting: Counting,
+        check: Arrival,
     ) -> Result<Decision, CheckError> {
-        let now_ms = self.clock.now_ms();
+        let now_ms = check.now_ms;
         let layouts: Vec<Layout> = policy
             .limits()
             .iter()
-            .map(|limit| layout(digest, limit, now_ms))
+            .map(|limit| layout(check.digest, limit, now_ms))
             .collect();
-        let batch = counters::batch(&layouts, cost, counting, now_ms);
-        self.fall_back(error, policy, &layouts, &batch, counting, now_ms)
+        let batch = counters::batch(&layouts, check.cost, check.counting, now_ms);
+        self.fall_back(error, policy, &layouts, &batch, check.counting, now_ms)
             .await
     }
 }
