@@ -96,7 +96,7 @@ pub const DEFAULT_NEAR_CACHE_CAPACITY: u64 = 100_000;
 /// # }
 /// ```
 pub struct Limiter<S> {
-    store: S,
+    store: Arc<S>,
     clock: Arc<dyn Clock>,
     near_cache: NearCache,
     timeout: Duration,
@@ -189,7 +189,7 @@ impl<S: Store> LimiterBuilder<S> {
 
     pub fn build(self) -> Limiter<S> {
         Limiter {
-            store: self.store,
+            store: Arc::new(self.store),
             clock: self.clock,
             near_cache: NearCache::bounded(self.near_cache_capacity, self.near_cache_max_bytes)
                 .with_revalidate(self.near_cache_revalidate),

@@ -34,7 +34,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::BuildHasher;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use smallvec::SmallVec;
 use tokio::sync::oneshot;
@@ -69,10 +69,59 @@ pub(super) struct Arrival {
 
 /// What a gathered check is told.
 pub(super) enum Turn {
-    /// Its answer.
-    Decided(Result<Decision, CheckError>),
-    /// Run the next exchange, for itself (first) and these others.
-    Lead(Vec<Member>),
+    /// Its answer, and the take-back of its cost if it was counted and the
+    /// answer is dropped unread.
+    Decided(Result<Decision, CheckError>, Counted),
+    /// Run the next exchange, for itself (first) and the others it holds.
+    Lead(HandOff),
+}
+
+/// A counted answer on its way to its check. The leader has counted it as
+/// told; if the check's caller drops it unread (its own timeout fired just
+/// as the answer was sent), its cost is taken back then, as the store's
+/// connections do for an outcome nobody claims.
+pub(super) struct Counted(Option<Box<dyn FnOnce() + Send>>);
+
+impl Counted {
+    const NOTHING: Counted = Counted(None);
+
+    /// The answer was read: its count stands.
+    fn claim(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        if let Some(take_back) = self.0.take() {
+            take_back();
+        }
+    }
+}
+
+/// The lead of a key's next batch, on its way to the check that runs it.
+/// Dropped untaken (that check's caller gave up before it read its turn),
+/// it passes itself on, so a key is never left marked in flight with no
+/// one to run it.
+pub(super) struct HandOff {
+    shards: Arc<Shards>,
+    key: InFlight,
+    others: Option<Vec<Member>>,
+}
+
+impl HandOff {
+    /// The batch's other checks, for the new leader to run.
+    pub(super) fn take(mut self) -> Vec<Member> {
+        self.others.take().unwrap_or_default()
+    }
+}
+
+impl Drop for HandOff {
+    fn drop(&mut self) {
+        if let Some(others) = self.others.take() {
+            pass_on(&self.shards, self.key, others);
+        }
+    }
 }
 
 /// A check waiting for its batch's exchange.
@@ -87,9 +136,17 @@ impl Member {
         !self.reply.is_closed()
     }
 
-    /// Hand it its answer. False when its caller stopped waiting.
-    pub fn answer(self, result: Result<Decision, CheckError>) -> bool {
-        self.reply.send(Turn::Decided(result)).is_ok()
+    /// Hand it its answer. False when its caller stopped waiting: then
+    /// nothing of the answer was taken, and the leader accounts for it.
+    pub fn answer(self, result: Result<Decision, CheckError>, counted: Counted) -> bool {
+        match self.reply.send(Turn::Decided(result, counted)) {
+            Ok(()) => true,
+            Err(Turn::Decided(_, counted)) => {
+                counted.claim();
+                false
+            }
+            Err(Turn::Lead(_)) => false,
+        }
     }
 }
 
@@ -100,8 +157,14 @@ type InFlight = (NearKey, Counting);
 type Shard = HashMap<InFlight, VecDeque<Member>>;
 
 /// Which exchanges are in flight, and the checks gathered behind each.
+#[derive(Default)]
 pub(crate) struct Coalescer {
-    shards: Box<[Mutex<Shard>]>,
+    shards: Arc<Shards>,
+}
+
+/// The keys in flight, spread over independent locks.
+struct Shards {
+    locks: Box<[Mutex<Shard>]>,
     hasher: std::collections::hash_map::RandomState,
 }
 
@@ -113,27 +176,29 @@ pub(super) enum Joined {
     Wait(oneshot::Receiver<Turn>),
 }
 
-impl Default for Coalescer {
-    fn default() -> Coalescer {
-        Coalescer {
-            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+impl Default for Shards {
+    fn default() -> Shards {
+        Shards {
+            locks: (0..SHARDS).map(|_| Mutex::default()).collect(),
             hasher: std::collections::hash_map::RandomState::new(),
         }
     }
 }
 
-impl Coalescer {
+impl Shards {
     fn shard(&self, key: &InFlight) -> std::sync::MutexGuard<'_, Shard> {
-        let index = (self.hasher.hash_one(key) as usize) % self.shards.len();
-        self.shards[index]
+        let index = (self.hasher.hash_one(key) as usize) % self.locks.len();
+        self.locks[index]
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
     }
+}
 
+impl Coalescer {
     /// A check of `key` arrives: it leads when nothing is in flight,
     /// otherwise it waits behind the exchange in flight.
     pub(super) fn join(&self, key: InFlight, cost: u64) -> Joined {
-        let mut shard = self.shard(&key);
+        let mut shard = self.shards.shard(&key);
         match shard.get_mut(&key) {
             Some(waiting) => {
                 let (reply, turn) = oneshot::channel();
@@ -147,33 +212,45 @@ impl Coalescer {
         }
     }
 
-    /// The exchange for `key` is over: hand the lead to the next batch
-    /// (`left`, the rest of a batch whose leader gave up, first; then the
-    /// checks gathered meanwhile), or mark nothing in flight.
-    pub(super) fn pass_on(&self, key: InFlight, mut left: Vec<Member>) {
-        loop {
-            if left.is_empty() {
-                let mut shard = self.shard(&key);
-                let Some(waiting) = shard.get_mut(&key) else {
-                    return;
-                };
-                if waiting.is_empty() {
-                    shard.remove(&key);
-                    return;
-                }
-                let take = waiting.len().min(MAX_BATCH);
-                left = waiting.drain(..take).collect();
-            }
-            let mut members = left.drain(..);
-            let Some(next) = members.next() else {
-                continue;
+    /// The exchange for `key` is over: hand the lead on (see [`pass_on`]).
+    pub(super) fn pass_on(&self, key: InFlight, left: Vec<Member>) {
+        pass_on(&self.shards, key, left);
+    }
+}
+
+/// Hand the lead of `key` to the next batch (`left`, the rest of a batch
+/// whose leader gave up, first; then the checks gathered meanwhile), or
+/// mark nothing in flight.
+fn pass_on(shards: &Arc<Shards>, key: InFlight, mut left: Vec<Member>) {
+    loop {
+        if left.is_empty() {
+            let mut shard = shards.shard(&key);
+            let Some(waiting) = shard.get_mut(&key) else {
+                return;
             };
-            let others: Vec<Member> = members.collect();
-            match next.reply.send(Turn::Lead(others)) {
-                Ok(()) => return,
-                // Its caller is gone: the next one leads.
-                Err(Turn::Lead(others)) => left = others,
-                Err(Turn::Decided(_)) => return,
+            if waiting.is_empty() {
+                shard.remove(&key);
+                return;
+            }
+            let take = waiting.len().min(MAX_BATCH);
+            left = waiting.drain(..take).collect();
+        }
+        let mut members = left.drain(..);
+        let Some(next) = members.next() else {
+            continue;
+        };
+        let hand_off = HandOff {
+            shards: shards.clone(),
+            key,
+            others: Some(members.collect()),
+        };
+        match next.reply.send(Turn::Lead(hand_off)) {
+            Ok(()) => return,
+            // Its caller is gone: the next one leads.
+            Err(Turn::Lead(hand_off)) => left = hand_off.take(),
+            Err(Turn::Decided(_, counted)) => {
+                counted.claim();
+                return;
             }
         }
     }
@@ -232,18 +309,16 @@ impl<S: Store> Limiter<S> {
             Joined::Lead => (Vec::new(), arrived_ms),
             Joined::Wait(turn) => {
                 self.metrics.coalesced();
-                // Unconstrained by tokio's cooperative budget: an answer that
-                // is there is always taken. A budget-starved poll would let
-                // a caller's own timeout win and drop an answer that says
-                // "counted" unread.
-                let turn = tokio::task::unconstrained(turn);
-                match tokio::time::timeout_at(deadline.at(), turn).await {
-                    Ok(Ok(Turn::Decided(result))) => return result,
-                    Ok(Ok(Turn::Lead(others))) => (others, self.clock.now_ms()),
+                match self.wait_for_turn(turn, deadline).await {
+                    Some(Turn::Decided(result, counted)) => {
+                        counted.claim();
+                        return result;
+                    }
+                    Some(Turn::Lead(hand_off)) => (hand_off.take(), self.clock.now_ms()),
                     // The exchanges ahead took the whole timeout: the store
-                    // is that slow. The batch will not count this check
-                    // (its caller is gone when the batch answers).
-                    Err(_) | Ok(Err(_)) => {
+                    // is that slow. The batch will not count this check: it
+                    // can no longer answer it.
+                    None => {
                         let error = StoreError::Timeout(self.timeout.as_millis() as u64);
                         let waited = Arrival {
                             now_ms: self.clock.now_ms(),
@@ -264,6 +339,29 @@ impl<S: Store> Limiter<S> {
         // Dropping `lead` passes the turn to the next batch, once this
         // batch's take-back (if any) has landed: the next batch then reads
         // counts without this one's refused costs in them.
+    }
+
+    /// A gathered check's turn, or `None` once its deadline has passed
+    /// with none. Giving up closes the channel first and then looks once
+    /// more: an answer is either taken or never sent, so a batch never
+    /// counts a check that fell back (it sees the channel closed, and takes
+    /// the check's cost back).
+    async fn wait_for_turn(
+        &self,
+        mut turn: oneshot::Receiver<Turn>,
+        deadline: Deadline,
+    ) -> Option<Turn> {
+        // Unconstrained by tokio's cooperative budget: an answer that is
+        // there is always taken. A budget-starved poll would let a caller's
+        // own timeout win and drop an answer that says "counted" unread.
+        let waiting = tokio::task::unconstrained(&mut turn);
+        match tokio::time::timeout_at(deadline.at(), waiting).await {
+            Ok(answered) => answered.ok(),
+            Err(_) => {
+                turn.close();
+                turn.try_recv().ok()
+            }
+        }
     }
 
     /// Run the batch of this check (`cost`, first) and `lead.others`:
@@ -365,7 +463,16 @@ impl<S: Store> Limiter<S> {
                     refused_cost =
                         Some(refused_cost.map_or(member_cost, |least| least.min(member_cost)));
                 }
-                let answered = member.answer(Ok(self.done(decision_of(verdict))));
+                let counted = if was_counted && counting == Counting::IfAdmitted {
+                    let store = self.store.clone();
+                    let counters = batch.adds.clone();
+                    Counted(Some(Box::new(move || {
+                        start_now(store.subtract(&counters, member_cost, now_ms));
+                    })))
+                } else {
+                    Counted::NOTHING
+                };
+                let answered = member.answer(Ok(self.done(decision_of(verdict))), counted);
                 if !answered && was_counted && counting == Counting::IfAdmitted {
                     kept -= member_cost;
                 }
@@ -425,7 +532,8 @@ impl<S: Store> Limiter<S> {
                     cost: member.cost,
                     ..batch
                 };
-                member.answer(self.fall_back_alone(error.clone(), policy, alone).await);
+                let result = self.fall_back_alone(error.clone(), policy, alone).await;
+                member.answer(result, Counted::NOTHING);
             }
         }
         self.fall_back_alone(error, policy, batch).await

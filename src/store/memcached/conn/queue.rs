@@ -67,6 +67,10 @@ pub(super) struct WriterEnd {
     /// Every sender is gone: the node was dropped.
     pub node_dropped: bool,
     pub error: Option<String>,
+    /// Requests taken from the queue but not written when it stopped: the
+    /// slot sends them later or fails them, never drops them (one may be a
+    /// take-back that must happen).
+    pub unsent: Vec<Request>,
 }
 
 /// Requests taken from the queue for the next write, bounded by commands.
@@ -112,6 +116,14 @@ impl Batch {
         }
     }
 
+    /// Every request it holds, the carried one included, leaving it empty.
+    fn take_all(&mut self) -> Vec<Request> {
+        self.commands = 0;
+        let mut all = std::mem::take(&mut self.requests);
+        all.extend(self.carried.take());
+        all
+    }
+
     /// Start the next batch with what was carried over.
     fn restart(&mut self) {
         self.requests.clear();
@@ -138,20 +150,21 @@ pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
     let mut entries: Vec<(Request, u32)> = Vec::with_capacity(64);
     let mut buffer = Vec::with_capacity(64 * 1024);
     let mut opaque: u32 = 0;
-    let end = |queue, node_dropped, error| WriterEnd {
+    let end = |queue, node_dropped, error, batch: &mut Batch| WriterEnd {
         queue,
         node_dropped,
         error,
+        unsent: batch.take_all(),
     };
     loop {
         if batch.requests.is_empty() {
             let received = tokio::select! {
                 biased;
-                _ = stopped.changed() => return end(queue, false, None),
+                _ = stopped.changed() => return end(queue, false, None, &mut batch),
                 received = queue.recv() => received,
             };
             let Some(request) = received else {
-                return end(queue, true, None);
+                return end(queue, true, None, &mut batch);
             };
             batch.push(request);
         }
@@ -167,14 +180,14 @@ pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
         while shared.writes_out.load(Ordering::Acquire) >= WRITES_IN_FLIGHT {
             tokio::select! {
                 biased;
-                _ = stopped.changed() => return end(queue, false, None),
+                _ = stopped.changed() => return end(queue, false, None, &mut batch),
                 () = shared.write_answered.notified() => {}
                 received = queue.recv(), if !batch.is_full() => match received {
                     Some(request) => {
                         batch.push(request);
                         batch.fill(&mut queue);
                     }
-                    None => return end(queue, true, None),
+                    None => return end(queue, true, None, &mut batch),
                 },
             }
         }
@@ -208,10 +221,15 @@ pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
         ));
         tokio::select! {
             biased;
-            _ = stopped.changed() => return end(queue, false, None),
+            _ = stopped.changed() => return end(queue, false, None, &mut batch),
             written = write.write_all(&buffer) => {
                 if let Err(error) = written {
-                    return end(queue, false, Some(format!("write failed: {error}")));
+                    return end(
+                        queue,
+                        false,
+                        Some(format!("write failed: {error}")),
+                        &mut batch,
+                    );
                 }
             }
         }

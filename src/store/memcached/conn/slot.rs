@@ -280,7 +280,7 @@ where
         }
     };
     let _ = stop.send(true);
-    let (ended, writer_end) = match first_end {
+    let (ended, mut writer_end) = match first_end {
         First::Reader(ended) => (ended, writer.await),
         First::Writer(end) => {
             let _ = reader.await;
@@ -302,6 +302,23 @@ where
     let why = ended.to_string();
     for entry in pending {
         fail_written(entry, &why);
+    }
+    if let Ok(end) = &mut writer_end {
+        for request in std::mem::take(&mut end.unsent) {
+            match &ended {
+                // Taken just as the extra was drained: it goes out on the
+                // slot's next connection (a take-back among them must).
+                Ended::Retired => match slot.requeue.upgrade() {
+                    Some(queue) => {
+                        if let Err(error) = queue.try_send(request) {
+                            fail_unsent(error.into_inner(), &why);
+                        }
+                    }
+                    None => fail_unsent(request, &why),
+                },
+                Ended::Failed(_) | Ended::Stalled(_) => fail_unsent(request, &why),
+            }
+        }
     }
     match writer_end {
         Ok(end) if !end.node_dropped => Some((ended, end.queue)),
