@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use common::http;
 use common::process::{self, Daemon};
+use common::wait::{PATIENCE, until};
 
 fn repo(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
@@ -44,23 +45,16 @@ async fn the_axum_example_limits_by_api_key() {
         .env("SLIDEGATE_EXAMPLE_LISTEN", "127.0.0.1:0")
         .env("SLIDEGATE_EXAMPLE_NAMESPACE", common::unique_namespace());
     let daemon = Daemon::start("axum example", command, &dir.join("axum.log"));
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let addr: SocketAddr = loop {
-        if let Some(addr) = daemon.log().lines().find_map(|line| {
+    let addr: SocketAddr = until("the example's address in its log", PATIENCE, || {
+        let address = daemon.log().lines().find_map(|line| {
             line.strip_prefix("listening on http://")?
                 .trim()
                 .parse()
                 .ok()
-        }) {
-            break addr;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no address printed:\n{}",
-            daemon.log()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+        });
+        std::future::ready(address)
+    })
+    .await;
     let hello = |key: &'static str| async move {
         http::send(addr, "GET", "/hello", &[("x-api-key", key)], Vec::new()).await
     };
