@@ -797,18 +797,30 @@ async fn metrics_count_per_domain_and_rule() {
     let http = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = http.local_addr().unwrap();
     tokio::spawn(server::serve(http, rls.app.clone(), std::future::pending()));
-    let page = common::http::get(addr, "/metrics").await.body;
-    for line in [
-        r#"slidegate_rls_hits_total{domain="test",rule="test.one",result="total_hits"} 6"#,
-        r#"slidegate_rls_hits_total{domain="test",rule="test.one",result="within_limit"} 3"#,
-        r#"slidegate_rls_hits_total{domain="test",rule="test.one",result="over_limit"} 3"#,
-        r#"slidegate_rls_hits_total{domain="test",rule="vip",result="total_hits"} 0"#,
-        r#"slidegate_rls_requests_total{outcome="answered"} 6"#,
+    let metrics = common::metrics::scrape(addr).await;
+    for (series, value) in [
+        (
+            r#"slidegate_rls_hits_total{domain="test",rule="test.one",result="total_hits"}"#,
+            6.0,
+        ),
+        (
+            r#"slidegate_rls_hits_total{domain="test",rule="test.one",result="within_limit"}"#,
+            3.0,
+        ),
+        (
+            r#"slidegate_rls_hits_total{domain="test",rule="test.one",result="over_limit"}"#,
+            3.0,
+        ),
+        (
+            r#"slidegate_rls_hits_total{domain="test",rule="vip",result="total_hits"}"#,
+            0.0,
+        ),
+        (r#"slidegate_rls_requests_total{outcome="answered"}"#, 6.0),
     ] {
-        assert!(page.contains(line), "{line} not in\n{page}");
+        assert_eq!(metrics.value(series), value, "{series}");
     }
     assert!(
-        !page.contains("\"a\""),
+        metrics.series().all(|(series, _)| !series.contains("\"a\"")),
         "request values never become labels"
     );
 }
@@ -964,5 +976,45 @@ async fn a_refused_request_takes_back_all_its_additions_in_one_exchange() {
             assert_eq!(codes(&mut client, fresh()).await.0, Code::Ok);
         }
         assert_eq!(codes(&mut client, fresh()).await.0, Code::OverLimit);
+    }
+}
+
+/// The rules shipped in `examples/envoy/ratelimit/config.yaml` load as
+/// they are, and decide as their comments say: 5 a minute per API key
+/// under `/api`, 1000 per 5 minutes for the partner key, 100 a second per
+/// client address, and loopback not limited.
+#[tokio::test]
+async fn the_shipped_envoy_example_rules_load_and_limit() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/envoy/ratelimit/config.yaml");
+    let config = std::fs::read_to_string(&path).unwrap();
+    let rls = TestRls::start(memory(), &config).await;
+    let mut client = rls.client().await;
+    let ask_as = |entries: &'static [(&'static str, &'static str)]| {
+        request("edge", vec![descriptor(entries)])
+    };
+
+    let api_key: &[(&str, &str)] = &[("path", "/api"), ("api_key", "k1")];
+    for _ in 0..5 {
+        assert_eq!(ask(&mut client, ask_as(api_key)).await.overall_code(), Code::Ok);
+    }
+    let refused = ask(&mut client, ask_as(api_key)).await;
+    assert_eq!(refused.overall_code(), Code::OverLimit);
+    let partner: &[(&str, &str)] = &[("path", "/api"), ("api_key", "partner")];
+    for _ in 0..6 {
+        assert_eq!(ask(&mut client, ask_as(partner)).await.overall_code(), Code::Ok);
+    }
+
+    let address: &[(&str, &str)] = &[("remote_address", "203.0.113.9")];
+    for _ in 0..100 {
+        assert_eq!(ask(&mut client, ask_as(address)).await.overall_code(), Code::Ok);
+    }
+    assert_eq!(
+        ask(&mut client, ask_as(address)).await.overall_code(),
+        Code::OverLimit
+    );
+    let loopback: &[(&str, &str)] = &[("remote_address", "127.0.0.1")];
+    for _ in 0..150 {
+        assert_eq!(ask(&mut client, ask_as(loopback)).await.overall_code(), Code::Ok);
     }
 }
