@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use common::Memcached;
 use common::proxy::CountingProxy;
+use common::wait::until_the_store_decides;
 use slidegate::store::KeyDigest;
 use slidegate::store::memcached::DigestRendezvous;
 use slidegate::store::{CounterKey, Store};
@@ -40,9 +41,8 @@ async fn round_trips_per_call() {
     let memcached = Memcached::start();
     let proxy = CountingProxy::start(memcached.addr()).await;
     let clock = ManualClock::new(common::today_ms() + 30_000);
-    let limiter = Limiter::builder(store_at(vec![proxy.addr.clone()]).await)
+    let limiter = common::patient_limiter(store_at(vec![proxy.addr.clone()]).await)
         .clock(clock)
-        .timeout(Duration::from_secs(2))
         .build();
     let api = policy(&[(3, MINUTE, 1)]);
     let fine = policy(&[(10, 1_000, 1), (3_000, 10 * MINUTE, 10)]);
@@ -119,7 +119,7 @@ async fn buckets_live_two_windows() {
     let memcached = common::shared_memcached();
     let now = common::today_ms() + 1_000;
     let store = Arc::new(store_at(vec![memcached.addr()]).await);
-    let limiter = Limiter::builder(store.clone())
+    let limiter = common::patient_limiter(store.clone())
         .clock(ManualClock::new(now))
         .build();
     for (window_ms, expected_ttl) in [(MINUTE, 122), (40 * 86_400_000, 80 * 86_400 + 2)] {
@@ -155,7 +155,7 @@ async fn client_keys_never_reach_the_wire_as_text() {
         memcached.raw("set sentinel 0 0 2\r\nok\r\n", "\r\n"),
         "STORED\r\n"
     );
-    let limiter = Limiter::new(store_at(vec![memcached.addr()]).await);
+    let limiter = common::patient_limiter(store_at(vec![memcached.addr()]).await).build();
     let api = policy(&[(5, MINUTE, 1)]);
     let long = format!("{}\r\nflush_all\r\n", "y".repeat(1000));
     for key in [
@@ -199,7 +199,7 @@ async fn keys_route_by_digest_over_several_servers() {
     let addrs: Vec<String> = servers.iter().map(Memcached::addr).collect();
     let now = common::today_ms() + 1_000;
     let store = Arc::new(store_at(addrs.clone()).await);
-    let limiter = Limiter::builder(store.clone())
+    let limiter = common::patient_limiter(store.clone())
         .clock(ManualClock::new(now))
         .build();
     let api = policy(&[(10, MINUTE, 1), (100, 60 * MINUTE, 4)]);
@@ -266,9 +266,10 @@ async fn a_check_that_crosses_a_bucket_boundary_in_flight_is_decided_again() {
                 .timeout(Duration::from_secs(5))
                 .build(),
         );
-        let direct = Limiter::builder(MemcachedStore::connect(&direct_to_memcached).await.unwrap())
-            .clock(clock.clone())
-            .build();
+        let direct =
+            common::patient_limiter(MemcachedStore::connect(&direct_to_memcached).await.unwrap())
+                .clock(clock.clone())
+                .build();
         let api = Arc::new(policy(&[(2, 1_000, 1)]));
 
         proxy.hold();
@@ -361,19 +362,9 @@ async fn fail_open_then_recover_by_itself() {
     // The connections redial by themselves, with a backoff of at most half
     // a second: the store decides again within a second or so.
     memcached.restart();
-    let restarted = Instant::now();
-    let decision = loop {
-        let decision = limiter.check("k", &api, 1).await.unwrap();
-        if decision.source == Source::Store || restarted.elapsed() > Duration::from_secs(10) {
-            break decision;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    assert_eq!((decision.allowed, decision.source), (true, Source::Store));
-    println!(
-        "the store decided again {:?} after the restart",
-        restarted.elapsed()
-    );
+    let (decision, took) = until_the_store_decides(&limiter, "k", &api).await;
+    assert!(decision.allowed);
+    println!("the store decided again {took:?} after the restart");
     assert!(limiter.ready().await.is_ok());
 }
 
