@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use slidegate::store::Store;
-use slidegate::{Decision, Limiter, Policy, Source};
+use slidegate::{Decision, Limiter, MemcachedStore, Policy, Source};
 
 /// Long enough for anything a loaded 2-core machine does eventually; a
 /// wait this long means the state never came.
@@ -71,4 +71,12 @@ pub async fn until_the_store_decides<S: Store>(
     })
     .await;
     (decision, started.elapsed())
+}
+
+/// Wait until discovery has applied the cluster configuration `version`.
+pub async fn until_version(store: &MemcachedStore, version: u64) {
+    wait_for(&format!("config version {version}"), PATIENCE, || {
+        std::future::ready(store.topology().version == Some(version))
+    })
+    .await;
 }
