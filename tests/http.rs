@@ -214,6 +214,50 @@ async fn decisions_on_memcached() {
     decisions_carry_the_documented_fields(app).await;
 }
 
+/// `Retry-After` and the RateLimit `t` are whole seconds rounded up: half
+/// a second into the minute, a wait of 49.5 s is 50, and counts that leave
+/// the window in 89.5 s are `t=90` (rounded down, a client would come back
+/// half a second early and be refused).
+#[tokio::test]
+async fn retry_after_and_t_round_up() {
+    let app = memory_app().await;
+    let check = |cost: u64| app.post("/v1/check", json!({"key": "r", "policy": "api", "cost": cost}));
+    assert_eq!(check(1).await.status, 200);
+    app.clock.advance(Duration::from_millis(500));
+    let admitted = check(2).await;
+    assert_eq!(admitted.status, 200);
+    assert_eq!(admitted.header("ratelimit"), Some("\"api\";r=0;t=90"));
+    let refused = check(1).await;
+    assert_eq!(refused.status, 429);
+    // 3 in this minute: 2 once a third of the next has gone, 49.5 s away.
+    assert_eq!(refused.json()["retry_after_ms"], 49_500);
+    assert_eq!(refused.header("retry-after"), Some("50"));
+    assert_eq!(refused.header("ratelimit"), Some("\"api\";r=0;t=50"));
+}
+
+/// A refusal under several limits names each limit with its own `r` and
+/// `t`: the full one its wait, the other what it still has.
+#[tokio::test]
+async fn a_refusal_under_several_limits_gives_each_its_own_r_and_t() {
+    let app = memory_app().await;
+    let check = |cost: u64| {
+        app.post(
+            "/v1/check",
+            json!({"key": "s", "policy": "tiered", "cost": cost}),
+        )
+    };
+    assert_eq!(check(10).await.status, 200);
+    let refused = check(1).await;
+    assert_eq!(refused.status, 429, "{}", refused.body);
+    // 10 in this second: one more fits once a tenth of the next has gone.
+    assert_eq!(refused.json()["retry_after_ms"], 1_100);
+    assert_eq!(refused.header("retry-after"), Some("2"));
+    assert_eq!(
+        refused.header("ratelimit"),
+        Some("\"tiered-1s\";r=0;t=2, \"tiered-10m-p10\";r=2990;t=0")
+    );
+}
+
 #[tokio::test]
 async fn bad_input_is_a_400_naming_the_field() {
     let app = memory_app().await;
@@ -622,6 +666,17 @@ async fn store_outage_over_http() {
     assert_eq!(response.status, 503);
     assert_json(&response);
     assert_eq!(response.json()["source"], "fallback");
+    // Forward-auth too: under deny, an unreachable store is a 503, which
+    // a proxy turns into a refusal.
+    let auth = http::send(
+        closed.addr,
+        "GET",
+        "/v1/auth?policy=api",
+        &[("x-ratelimit-key", "k")],
+        Vec::new(),
+    )
+    .await;
+    assert_eq!(auth.status, 503, "{}", auth.body);
     let ready = open.get("/readyz").await;
     assert_eq!(
         (ready.status, ready.json()["status"].clone()),
@@ -642,6 +697,57 @@ async fn store_outage_over_http() {
     })
     .await;
     assert_eq!(closed.get("/readyz").await.status, 200);
+}
+
+/// Failure mode `local` over HTTP: with the store down, the process's own
+/// counters enforce the limit, and say so (`source: fallback`).
+#[tokio::test]
+async fn local_mode_over_http_enforces_the_limit_while_the_store_is_down() {
+    let mut memcached = common::Memcached::start();
+    let app = memcached_app(memcached.addr(), FailureMode::Local).await;
+    memcached.kill();
+    let body = json!({"key": "k", "policy": "api"});
+    for remaining in [2, 1, 0] {
+        let response = app.post("/v1/check", body.clone()).await;
+        assert_eq!(response.status, 200, "{}", response.body);
+        assert_eq!(response.json()["source"], "fallback");
+        assert_eq!(response.json()["remaining"], remaining);
+    }
+    let refused = app.post("/v1/check", body).await;
+    assert_eq!(refused.status, 429, "{}", refused.body);
+    assert_eq!(refused.json()["source"], "fallback");
+    assert!(refused.header("retry-after").is_some());
+}
+
+/// A connection that sends no request for 10 s is closed, so idle
+/// connections cannot hold places under the cap; not before.
+#[tokio::test]
+async fn a_connection_idle_for_10_s_is_closed() {
+    let app = memory_app().await;
+    let mut stream = tokio::net::TcpStream::connect(app.addr).await.unwrap();
+    stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: t\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buffer = [0u8; 1024];
+    let read = stream.read(&mut buffer).await.unwrap();
+    assert!(buffer[..read].starts_with(b"HTTP/1.1 200"));
+    let idle_from = std::time::Instant::now();
+    let closed = tokio::time::timeout(Duration::from_secs(40), async {
+        loop {
+            match stream.read(&mut buffer).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
+    let idle = idle_from.elapsed();
+    assert!(closed.is_ok(), "still open after {idle:?} idle");
+    assert!(
+        idle >= Duration::from_millis(9_900),
+        "closed after {idle:?}, before 10 s"
+    );
 }
 
 #[tokio::test]
