@@ -449,3 +449,32 @@ async fn a_saturated_store_path_answers_by_the_failure_mode_at_once() {
     }
     silent.abort();
 }
+
+/// Tokens are 16 to 4096 bytes: a 4096-byte token opens the API, a
+/// 4097-byte one stops the start, naming where it came from.
+#[tokio::test]
+async fn a_token_of_4096_bytes_works_and_a_longer_one_is_refused() {
+    let longest = "t".repeat(4096);
+    let service = start("longest-token", POLICY, |command, _| {
+        command.env("SLIDEGATE_API_TOKENS", &longest);
+    });
+    assert_eq!(
+        call(&service, "POST", "/v1/check", Some(&longest))
+            .await
+            .status,
+        200
+    );
+    assert_eq!(call(&service, "POST", "/v1/check", None).await.status, 401);
+    drop(service);
+
+    let mut command = Slidegate::command();
+    command
+        .args(["--listen", &process::free_addr().to_string()])
+        .env("SLIDEGATE_API_TOKENS", "t".repeat(4097));
+    let (status, output) = Slidegate::run_to_exit(command);
+    assert!(!status.success(), "started with a 4097-byte token");
+    assert!(
+        output.contains("SLIDEGATE_API_TOKENS") && output.contains("4097"),
+        "{output}"
+    );
+}

@@ -221,7 +221,12 @@ async fn decisions_on_memcached() {
 #[tokio::test]
 async fn retry_after_and_t_round_up() {
     let app = memory_app().await;
-    let check = |cost: u64| app.post("/v1/check", json!({"key": "r", "policy": "api", "cost": cost}));
+    let check = |cost: u64| {
+        app.post(
+            "/v1/check",
+            json!({"key": "r", "policy": "api", "cost": cost}),
+        )
+    };
     assert_eq!(check(1).await.status, 200);
     app.clock.advance(Duration::from_millis(500));
     let admitted = check(2).await;
@@ -385,9 +390,18 @@ async fn statuses_for_size_method_and_path() {
         .await;
     let metrics = metrics::scrape(app.addr).await;
     for (series, value) in [
-        (r#"slidegate_decisions_total{policy="api",outcome="allowed"}"#, 1.0),
-        (r#"slidegate_decisions_total{policy="api",outcome="rejected"}"#, 1.0),
-        (r#"slidegate_decisions_total{policy="api",outcome="near_cache"}"#, 1.0),
+        (
+            r#"slidegate_decisions_total{policy="api",outcome="allowed"}"#,
+            1.0,
+        ),
+        (
+            r#"slidegate_decisions_total{policy="api",outcome="rejected"}"#,
+            1.0,
+        ),
+        (
+            r#"slidegate_decisions_total{policy="api",outcome="near_cache"}"#,
+            1.0,
+        ),
         ("slidegate_near_cache_hits_total", 1.0),
         (r#"slidegate_store_errors_total{kind="timeout"}"#, 0.0),
     ] {
@@ -797,6 +811,48 @@ mod binary {
 
     use super::common::process::free_addr;
     use super::common::service::Slidegate;
+    use super::common::wait::{PATIENCE, wait_for};
+    use super::common::{Memcached, http};
+
+    /// The README: "the log says once when the store starts failing and
+    /// once when it answers again", however many checks fail meanwhile.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_log_says_once_when_the_store_fails_and_once_when_it_is_back() {
+        const FAILING: &str = "store failing; the failure mode decides until it answers";
+        const BACK: &str = "store answers again";
+        let mut memcached = Memcached::start();
+        let mut command = Slidegate::command();
+        command.args(["--memcached", &memcached.addr(), "--timeout-ms", "2000"]);
+        let service = Slidegate::start("store-log", command);
+        let check = || async {
+            let response = http::post(
+                service.addr,
+                "/v1/check",
+                r#"{"key": "k", "limits": [{"limit": 1000, "window": "1h"}]}"#,
+            )
+            .await;
+            response.json()["source"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        };
+        assert_eq!(check().await, "store");
+        memcached.kill();
+        for _ in 0..20 {
+            assert_eq!(check().await, "fallback");
+        }
+        memcached.restart();
+        wait_for("the store to decide again", PATIENCE, || async {
+            check().await == "store"
+        })
+        .await;
+        for _ in 0..5 {
+            assert_eq!(check().await, "store");
+        }
+        let log = service.stop();
+        let lines = |what: &str| log.lines().filter(|line| line.contains(what)).count();
+        assert_eq!((lines(FAILING), lines(BACK)), (1, 1), "{log}");
+    }
 
     #[test]
     fn flags_beat_environment_beat_file() {

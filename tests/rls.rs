@@ -820,7 +820,9 @@ async fn metrics_count_per_domain_and_rule() {
         assert_eq!(metrics.value(series), value, "{series}");
     }
     assert!(
-        metrics.series().all(|(series, _)| !series.contains("\"a\"")),
+        metrics
+            .series()
+            .all(|(series, _)| !series.contains("\"a\"")),
         "request values never become labels"
     );
 }
@@ -996,18 +998,27 @@ async fn the_shipped_envoy_example_rules_load_and_limit() {
 
     let api_key: &[(&str, &str)] = &[("path", "/api"), ("api_key", "k1")];
     for _ in 0..5 {
-        assert_eq!(ask(&mut client, ask_as(api_key)).await.overall_code(), Code::Ok);
+        assert_eq!(
+            ask(&mut client, ask_as(api_key)).await.overall_code(),
+            Code::Ok
+        );
     }
     let refused = ask(&mut client, ask_as(api_key)).await;
     assert_eq!(refused.overall_code(), Code::OverLimit);
     let partner: &[(&str, &str)] = &[("path", "/api"), ("api_key", "partner")];
     for _ in 0..6 {
-        assert_eq!(ask(&mut client, ask_as(partner)).await.overall_code(), Code::Ok);
+        assert_eq!(
+            ask(&mut client, ask_as(partner)).await.overall_code(),
+            Code::Ok
+        );
     }
 
     let address: &[(&str, &str)] = &[("remote_address", "203.0.113.9")];
     for _ in 0..100 {
-        assert_eq!(ask(&mut client, ask_as(address)).await.overall_code(), Code::Ok);
+        assert_eq!(
+            ask(&mut client, ask_as(address)).await.overall_code(),
+            Code::Ok
+        );
     }
     assert_eq!(
         ask(&mut client, ask_as(address)).await.overall_code(),
@@ -1015,6 +1026,9 @@ async fn the_shipped_envoy_example_rules_load_and_limit() {
     );
     let loopback: &[(&str, &str)] = &[("remote_address", "127.0.0.1")];
     for _ in 0..150 {
-        assert_eq!(ask(&mut client, ask_as(loopback)).await.overall_code(), Code::Ok);
+        assert_eq!(
+            ask(&mut client, ask_as(loopback)).await.overall_code(),
+            Code::Ok
+        );
     }
 }

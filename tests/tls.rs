@@ -187,9 +187,11 @@ async fn a_certificate_that_does_not_verify_is_a_store_failure() {
             "{why}"
         );
         // Dials keep failing (with backoff), each counted, none in plaintext.
-        wait_for(&format!("{why}: a handshake failure counted"), PATIENCE, || {
-            std::future::ready(store.topology().tls_failures > 0)
-        })
+        wait_for(
+            &format!("{why}: a handshake failure counted"),
+            PATIENCE,
+            || std::future::ready(store.topology().tls_failures > 0),
+        )
         .await;
     }
 }

@@ -72,7 +72,9 @@ impl Exposition {
 
     /// Every series served, with its value.
     pub fn series(&self) -> impl Iterator<Item = (&str, f64)> {
-        self.series.iter().map(|(key, value)| (key.as_str(), *value))
+        self.series
+            .iter()
+            .map(|(key, value)| (key.as_str(), *value))
     }
 }
 
@@ -126,9 +128,7 @@ fn check_labels(labels: &str, line: &str) {
         .and_then(|l| l.strip_suffix('}'))
         .unwrap_or_else(|| panic!("labels of {line:?}"));
     for pair in inner.split("\",").filter(|p| !p.is_empty()) {
-        let (label, quoted) = pair
-            .split_once("=\"")
-            .unwrap_or_else(|| panic!("{line:?}"));
+        let (label, quoted) = pair.split_once("=\"").unwrap_or_else(|| panic!("{line:?}"));
         assert!(name_ok(label), "label {label:?} in {line:?}");
         assert!(!quoted.trim_end_matches('"').contains('\n'));
     }

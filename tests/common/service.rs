@@ -86,10 +86,8 @@ impl Slidegate {
     /// have failed must fail the test, not hang it); its status and what
     /// it wrote to stdout and stderr.
     pub fn run_to_exit(mut command: Command) -> (ExitStatus, String) {
-        let log = std::env::temp_dir().join(format!(
-            "slidegate-run-{}.log",
-            super::unique_namespace()
-        ));
+        let log =
+            std::env::temp_dir().join(format!("slidegate-run-{}.log", super::unique_namespace()));
         let file = std::fs::File::create(&log).expect("create the log file");
         command
             .stdin(Stdio::null())

@@ -62,7 +62,13 @@ pub fn python_with(packages: &[&str], modules: &str) -> Result<PathBuf, String> 
         make_venv(&venv)?;
     }
     let install = Command::new(&python)
-        .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+        ])
         .args(packages)
         .output()
         .map_err(|error| format!("cannot run {} -m pip: {error}", python.display()))?;
