@@ -854,6 +854,32 @@ mod binary {
         assert_eq!((lines(FAILING), lines(BACK)), (1, 1), "{log}");
     }
 
+    /// An orchestrator may stop the process the moment it listens: that
+    /// SIGTERM is a clean stop, not the default action's kill. Asked as
+    /// soon as a connection is accepted, a few times over, since the
+    /// window is short.
+    #[test]
+    fn a_sigterm_right_after_it_listens_is_a_clean_stop() {
+        use super::common::process::Daemon;
+        for attempt in 0..20 {
+            let dir = Slidegate::dir("early-sigterm");
+            let addr = free_addr();
+            let mut command = Slidegate::command();
+            command.args(["--listen", &addr.to_string()]);
+            let mut daemon = Daemon::start("slidegate", command, &dir.join("slidegate.log"));
+            super::common::wait::wait_for_blocking("it listens", super::PATIENCE, || {
+                std::net::TcpStream::connect(addr).is_ok()
+            });
+            let status = daemon.terminate(std::time::Duration::from_secs(15));
+            assert!(
+                status.is_some_and(|status| status.success()),
+                "attempt {attempt}: {status:?}\n{}",
+                daemon.log()
+            );
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
+
     #[test]
     fn flags_beat_environment_beat_file() {
         let dir = Slidegate::dir("layers");
