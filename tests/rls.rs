@@ -992,43 +992,32 @@ async fn the_shipped_envoy_example_rules_load_and_limit() {
     let config = std::fs::read_to_string(&path).unwrap();
     let rls = TestRls::start(memory(), &config).await;
     let mut client = rls.client().await;
-    let ask_as = |entries: &'static [(&'static str, &'static str)]| {
-        request("edge", vec![descriptor(entries)])
-    };
+    let ask_as = |entries: &[(&str, &str)]| request("edge", vec![descriptor(entries)]);
 
-    let api_key: &[(&str, &str)] = &[("path", "/api"), ("api_key", "k1")];
-    for _ in 0..5 {
-        assert_eq!(
-            ask(&mut client, ask_as(api_key)).await.overall_code(),
-            Code::Ok
-        );
-    }
-    let refused = ask(&mut client, ask_as(api_key)).await;
-    assert_eq!(refused.overall_code(), Code::OverLimit);
-    let partner: &[(&str, &str)] = &[("path", "/api"), ("api_key", "partner")];
-    for _ in 0..6 {
-        assert_eq!(
-            ask(&mut client, ask_as(partner)).await.overall_code(),
-            Code::Ok
-        );
-    }
-
-    let address: &[(&str, &str)] = &[("remote_address", "203.0.113.9")];
-    for _ in 0..100 {
-        assert_eq!(
-            ask(&mut client, ask_as(address)).await.overall_code(),
-            Code::Ok
-        );
-    }
-    assert_eq!(
-        ask(&mut client, ask_as(address)).await.overall_code(),
-        Code::OverLimit
-    );
-    let loopback: &[(&str, &str)] = &[("remote_address", "127.0.0.1")];
-    for _ in 0..150 {
-        assert_eq!(
-            ask(&mut client, ask_as(loopback)).await.overall_code(),
-            Code::Ok
-        );
+    // (descriptor, admitted, then refused?)
+    type Entries<'a> = &'a [(&'a str, &'a str)];
+    let cases: [(Entries, usize, bool); 4] = [
+        // 5 a minute per API key.
+        (&[("path", "/api"), ("api_key", "k1")], 5, true),
+        // The partner key's own 1000 per 5 minutes.
+        (&[("path", "/api"), ("api_key", "partner")], 6, false),
+        // 100 a second per client address.
+        (&[("remote_address", "203.0.113.9")], 100, true),
+        // Loopback is not limited.
+        (&[("remote_address", "127.0.0.1")], 150, false),
+    ];
+    for (entries, admitted, then_refused) in cases {
+        for call in 0..admitted {
+            let response = ask(&mut client, ask_as(entries)).await;
+            assert_eq!(
+                response.overall_code(),
+                Code::Ok,
+                "{entries:?}: call {call}"
+            );
+        }
+        if then_refused {
+            let response = ask(&mut client, ask_as(entries)).await;
+            assert_eq!(response.overall_code(), Code::OverLimit, "{entries:?}");
+        }
     }
 }
