@@ -9,6 +9,7 @@ use slidegate::config::reload::Reloader;
 use slidegate::config::{Config, Overrides};
 use slidegate::server::{self, App};
 use tokio::net::TcpListener;
+use tokio::signal::unix::SignalKind;
 use tracing_subscriber::EnvFilter;
 
 #[tokio::main]
@@ -44,6 +45,11 @@ async fn main() -> anyhow::Result<()> {
     }
     tracing::info!(policies = ?config.policies.keys().collect::<Vec<_>>(), "policies loaded (SIGHUP or a change of the file reloads them)");
 
+    // Before it listens: a SIGTERM or SIGHUP that comes as soon as it does
+    // must meet these handlers, not the default action (which kills it).
+    // SIGHUP's is the reload watcher's; this early one only keeps it alive.
+    let terminate = tokio::signal::unix::signal(SignalKind::terminate());
+    let _hangup_handled = tokio::signal::unix::signal(SignalKind::hangup());
     let listener = TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
@@ -56,7 +62,7 @@ async fn main() -> anyhow::Result<()> {
     // One signal stops both faces.
     let (stop, stopped) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
-        shutdown_signal().await;
+        shutdown_signal(terminate).await;
         let _ = stop.send(true);
     });
     let until_stopped = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
@@ -165,18 +171,18 @@ async fn serve_rlqs(
     Ok(None)
 }
 
-/// Resolves on the first SIGINT (Ctrl-C) or SIGTERM.
-async fn shutdown_signal() {
+/// Resolves on the first SIGINT (Ctrl-C) or SIGTERM (`terminate`,
+/// registered before the process listens).
+async fn shutdown_signal(terminate: std::io::Result<tokio::signal::unix::Signal>) {
     let interrupt = tokio::signal::ctrl_c();
-    let mut terminate =
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(signal) => signal,
-            Err(error) => {
-                tracing::warn!(%error, "cannot listen for SIGTERM; stop with Ctrl-C");
-                let _ = interrupt.await;
-                return;
-            }
-        };
+    let mut terminate = match terminate {
+        Ok(signal) => signal,
+        Err(error) => {
+            tracing::warn!(%error, "cannot listen for SIGTERM; stop with Ctrl-C");
+            let _ = interrupt.await;
+            return;
+        }
+    };
     tokio::select! {
         _ = interrupt => tracing::info!("SIGINT received"),
         _ = terminate.recv() => tracing::info!("SIGTERM received"),

@@ -217,3 +217,28 @@ async fn refused_keys_of_the_largest_policy_keep_rss_bounded() {
     assert!(after < 128 * 1024 * 1024, "RSS {:.1} MiB", mib(after));
     assert!(probes > 0);
 }
+
+/// The near-cache holds at most `near_cache.capacity` keys, however many
+/// are refused: 200 keys each refused by the store, a capacity of 16.
+#[tokio::test]
+async fn the_near_cache_holds_at_most_its_capacity() {
+    use slidegate::{Limit, MemoryStore, Policy, Source};
+
+    const CAPACITY: u64 = 16;
+    let limiter = common::patient_limiter(MemoryStore::new())
+        .near_cache_capacity(CAPACITY)
+        .build();
+    let policy = Policy::new("one", vec![Limit::new(1, 3_600_000, 1).unwrap()]).unwrap();
+    for index in 0..200 {
+        let key = format!("key-{index}");
+        assert!(limiter.check(&key, &policy, 1).await.unwrap().allowed);
+        let refused = limiter.check(&key, &policy, 1).await.unwrap();
+        assert_eq!((refused.allowed, refused.source), (false, Source::Store));
+    }
+    // Settled: moka applies its bound in its pending bookkeeping.
+    limiter.near_cache_bytes();
+    let held = limiter.near_cache_len();
+    println!("200 keys refused, near-cache capacity {CAPACITY}: {held} held");
+    assert!(held <= CAPACITY, "{held} keys held");
+    assert!(held > 0, "the near-cache remembered nothing");
+}

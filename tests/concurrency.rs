@@ -8,7 +8,7 @@ mod common;
 
 use std::sync::Arc;
 
-use slidegate::{Limit, Limiter, ManualClock, MemcachedStore, Policy};
+use slidegate::{Limit, ManualClock, MemcachedStore, Policy};
 
 const INSTANCES: usize = 4;
 const CALLERS: usize = 100;
@@ -25,7 +25,7 @@ async fn one_hundred_callers_four_instances_admit_exactly_the_limit() {
     for _ in 0..INSTANCES {
         let store = MemcachedStore::connect(&options).await.unwrap();
         instances.push(Arc::new(
-            Limiter::builder(store).clock(clock.clone()).build(),
+            common::patient_limiter(store).clock(clock.clone()).build(),
         ));
     }
     let policy = Arc::new(Policy::new("api", vec![Limit::new(5, 60_000, 1).unwrap()]).unwrap());

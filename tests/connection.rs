@@ -11,10 +11,11 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::Memcached;
+use common::proxy::CountingProxy;
+use common::wait::{PATIENCE, until_the_store_decides, wait_for};
 use slidegate::store::{CounterKey, KeyDigest, Store};
 use slidegate::{Limit, Limiter, ManualClock, MemcachedStore, Policy, Source};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 
 const MINUTE: u64 = 60_000;
 
@@ -140,9 +141,8 @@ async fn random_timeouts_leave_exact_counts() {
         "the test must mix answered and abandoned checks to mean anything"
     );
     // The connection is still in step: a fresh check counts from there.
-    let limiter = Limiter::builder(store.clone())
+    let limiter = common::patient_limiter(store.clone())
         .clock(ManualClock::new(now))
-        .timeout(Duration::from_secs(2))
         .build();
     let decision = limiter.check("hot", &policy, 1).await.unwrap();
     assert_eq!(decision.source, Source::Store);
@@ -156,7 +156,7 @@ async fn random_timeouts_leave_exact_counts() {
 async fn killed_mid_stream_then_back() {
     let mut memcached = Memcached::start();
     let store = store(memcached.addr(), Duration::from_millis(200)).await;
-    let limiter = Arc::new(Limiter::new(store));
+    let limiter = Arc::new(common::patient_limiter(store).build());
     let policy = per_minute(1_000_000);
     let sources = Arc::new([AtomicUsize::new(0), AtomicUsize::new(0)]);
     let started = Instant::now();
@@ -178,7 +178,10 @@ async fn killed_mid_stream_then_back() {
             })
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(30)).await;
+    wait_for("checks decided by the store", PATIENCE, || {
+        std::future::ready(sources[0].load(Ordering::Relaxed) > 0)
+    })
+    .await;
     let before_kill = sources[0].load(Ordering::Relaxed);
     memcached.kill();
     for caller in callers {
@@ -194,19 +197,8 @@ async fn killed_mid_stream_then_back() {
     assert!(before_kill > 0 && by_failure_mode > 0);
 
     memcached.restart();
-    let restarted = Instant::now();
-    loop {
-        let decision = limiter.check("after", &policy, 1).await.unwrap();
-        if decision.source == Source::Store {
-            break;
-        }
-        assert!(restarted.elapsed() < Duration::from_secs(10), "no recovery");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    println!(
-        "the store decided again {:?} after the restart",
-        restarted.elapsed()
-    );
+    let (_, took) = until_the_store_decides(&limiter, "after", &policy).await;
+    println!("the store decided again {took:?} after the restart");
     assert!(limiter.ready().await.is_ok());
 }
 
@@ -254,25 +246,20 @@ async fn a_silent_node_is_dropped_and_redialled() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn late_replies_are_dropped_in_order() {
     let memcached = Memcached::start();
-    let delay = Arc::new(AtomicU64::new(0));
-    let proxy = delaying_proxy(memcached.addr(), delay.clone()).await;
+    let proxy = CountingProxy::start(memcached.addr()).await;
     let now = common::today_ms() + 30_000;
-    let store = store(proxy, Duration::from_millis(20)).await;
+    let store = store(proxy.addr.clone(), Duration::from_millis(20)).await;
     let impatient = Limiter::builder(store.clone())
         .clock(ManualClock::new(now))
         .build();
     let policy = per_minute(1_000);
     // Wait until the connections are up, so calls are written, not dropped
     // unsent.
-    let started = Instant::now();
-    while store.ping().await.is_err() {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "never connected"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    delay.store(100, Ordering::SeqCst);
+    wait_for("the connections up", PATIENCE, || async {
+        store.ping().await.is_ok()
+    })
+    .await;
+    proxy.delay_replies(100);
     for index in 0..20 {
         let decision = impatient
             .check(&format!("k{}", index % 4), &policy, 1)
@@ -280,10 +267,9 @@ async fn late_replies_are_dropped_in_order() {
             .unwrap();
         assert_eq!(decision.source, Source::Fallback);
     }
-    delay.store(0, Ordering::SeqCst);
-    let patient = Limiter::builder(store.clone())
+    proxy.delay_replies(0);
+    let patient = common::patient_limiter(store.clone())
         .clock(ManualClock::new(now))
-        .timeout(Duration::from_secs(2))
         .build();
     for key in ["k0", "k1", "k2", "k3"] {
         assert_eq!(
@@ -303,39 +289,4 @@ async fn late_replies_are_dropped_in_order() {
             );
         }
     }
-}
-
-/// Forward bytes both ways; hold each chunk from memcached for `delay` ms.
-async fn delaying_proxy(upstream: String, delay: Arc<AtomicU64>) -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    tokio::spawn(async move {
-        while let Ok((client, _)) = listener.accept().await {
-            let Ok(server) = TcpStream::connect(&upstream).await else {
-                continue;
-            };
-            let (mut client_read, mut client_write) = client.into_split();
-            let (mut server_read, mut server_write) = server.into_split();
-            tokio::spawn(async move {
-                let _ = tokio::io::copy(&mut client_read, &mut server_write).await;
-            });
-            let delay = delay.clone();
-            tokio::spawn(async move {
-                let mut buffer = vec![0u8; 64 * 1024];
-                while let Ok(read) = server_read.read(&mut buffer).await {
-                    if read == 0 {
-                        break;
-                    }
-                    let ms = delay.load(Ordering::SeqCst);
-                    if ms > 0 {
-                        tokio::time::sleep(Duration::from_millis(ms)).await;
-                    }
-                    if client_write.write_all(&buffer[..read]).await.is_err() {
-                        break;
-                    }
-                }
-            });
-        }
-    });
-    addr
 }

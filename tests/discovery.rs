@@ -137,15 +137,7 @@ fn options(endpoint: &str) -> MemcachedOptions {
 }
 
 async fn wait_for_version(store: &MemcachedStore, version: u64) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while store.topology().version != Some(version) {
-        assert!(
-            Instant::now() < deadline,
-            "version {version} never applied: {:?}",
-            store.topology()
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    common::wait::until_version(store, version).await;
 }
 
 fn roomy() -> Arc<Policy> {
@@ -189,7 +181,7 @@ async fn nodes_added_and_removed_move_only_their_keys_and_no_request_fails() {
 
     let clock = ManualClock::new(common::today_ms() + 10_000);
     let limiter = Arc::new(
-        Limiter::builder(store.clone())
+        common::patient_limiter(store.clone())
             .clock(clock.clone())
             .failure_mode(FailureMode::Deny)
             .build(),
@@ -286,7 +278,7 @@ async fn an_endpoint_down_at_start_is_waited_for() {
         error.to_string().contains("no Memcached node known yet"),
         "{error}"
     );
-    let limiter = Limiter::builder(store.clone())
+    let limiter = common::patient_limiter(store.clone())
         .failure_mode(FailureMode::Deny)
         .build();
     let policy = roomy();

@@ -9,10 +9,10 @@ use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 use common::http;
 use common::process::{self, Daemon};
+use common::wait::{PATIENCE, until};
 
 fn repo(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
@@ -44,23 +44,16 @@ async fn the_axum_example_limits_by_api_key() {
         .env("SLIDEGATE_EXAMPLE_LISTEN", "127.0.0.1:0")
         .env("SLIDEGATE_EXAMPLE_NAMESPACE", common::unique_namespace());
     let daemon = Daemon::start("axum example", command, &dir.join("axum.log"));
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let addr: SocketAddr = loop {
-        if let Some(addr) = daemon.log().lines().find_map(|line| {
+    let addr: SocketAddr = until("the example's address in its log", PATIENCE, || {
+        let address = daemon.log().lines().find_map(|line| {
             line.strip_prefix("listening on http://")?
                 .trim()
                 .parse()
                 .ok()
-        }) {
-            break addr;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no address printed:\n{}",
-            daemon.log()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+        });
+        std::future::ready(address)
+    })
+    .await;
     let hello = |key: &'static str| async move {
         http::send(addr, "GET", "/hello", &[("x-api-key", key)], Vec::new()).await
     };
@@ -223,4 +216,122 @@ fn the_readme_documents_every_config_key() {
         missing.is_empty(),
         "README's configuration table lacks {missing:?} (it has {table:?})"
     );
+}
+
+/// The tower layer's own promises, outside any framework: a request whose
+/// key function gives `None` is not limited, a key over 1024 bytes is a
+/// 400, and under failure mode `deny` an unreachable store is a 503; none
+/// of them reaches the service except the unlimited ones.
+mod tower_layer {
+    use std::convert::Infallible;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::{Context, Poll};
+
+    use axum::http::{Request, Response};
+    use slidegate::store::Store;
+    use slidegate::tower::{Layer, RateLimitLayer, Service};
+    use slidegate::{FailureMode, Limit, Limiter, MemcachedStore, MemoryStore, Policy};
+
+    /// The service behind the layer: answers "hello" and counts its calls.
+    #[derive(Clone, Default)]
+    struct Hello(Arc<AtomicUsize>);
+
+    impl Service<Request<()>> for Hello {
+        type Response = Response<String>;
+        type Error = Infallible;
+        type Future = std::future::Ready<Result<Response<String>, Infallible>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, _: Request<()>) -> Self::Future {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            std::future::ready(Ok(Response::new("hello".to_owned())))
+        }
+    }
+
+    /// The key is the `x-key` header; without one, no limit.
+    fn by_header(request: &Request<()>) -> Option<String> {
+        request
+            .headers()
+            .get("x-key")?
+            .to_str()
+            .ok()
+            .map(str::to_owned)
+    }
+
+    fn one_a_minute() -> Policy {
+        Policy::new("api", vec![Limit::new(1, 60_000, 1).unwrap()]).unwrap()
+    }
+
+    /// A limited `Hello`, and its call counter.
+    fn limited<S: Store>(
+        limiter: Limiter<S>,
+    ) -> (
+        impl Service<Request<()>, Response = Response<String>, Error = Infallible>,
+        Arc<AtomicUsize>,
+    ) {
+        let hello = Hello::default();
+        let calls = hello.0.clone();
+        let layer = RateLimitLayer::new(Arc::new(limiter), one_a_minute(), by_header);
+        (layer.layer(hello), calls)
+    }
+
+    async fn status_of(
+        service: &mut impl Service<Request<()>, Response = Response<String>, Error = Infallible>,
+        key: Option<&str>,
+    ) -> u16 {
+        std::future::poll_fn(|cx| service.poll_ready(cx))
+            .await
+            .unwrap();
+        let mut request = Request::builder();
+        if let Some(key) = key {
+            request = request.header("x-key", key);
+        }
+        let response = service.call(request.body(()).unwrap()).await.unwrap();
+        response.status().as_u16()
+    }
+
+    #[tokio::test]
+    async fn no_key_is_no_limit_and_a_key_over_1024_bytes_is_a_400() {
+        let (mut service, calls) =
+            limited(super::common::patient_limiter(MemoryStore::new()).build());
+        for _ in 0..5 {
+            assert_eq!(status_of(&mut service, None).await, 200);
+        }
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            5,
+            "unlimited requests reach the service"
+        );
+        assert_eq!(status_of(&mut service, Some("k")).await, 200);
+        assert_eq!(status_of(&mut service, Some("k")).await, 429);
+        let longest = "x".repeat(1024);
+        assert_eq!(status_of(&mut service, Some(&longest)).await, 200);
+        let too_long = "x".repeat(1025);
+        assert_eq!(status_of(&mut service, Some(&too_long)).await, 400);
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            7,
+            "refused requests never reach it"
+        );
+    }
+
+    #[tokio::test]
+    async fn under_deny_an_unreachable_store_is_a_503() {
+        // A loopback port nobody listens on: every dial is refused.
+        let nowhere = super::common::process::free_addr().to_string();
+        let store = MemcachedStore::connect(&super::common::memcached_options(vec![nowhere]))
+            .await
+            .unwrap();
+        let limiter = super::common::patient_limiter(store)
+            .failure_mode(FailureMode::Deny)
+            .build();
+        let (mut service, calls) = limited(limiter);
+        assert_eq!(status_of(&mut service, Some("k")).await, 503);
+        assert_eq!(calls.load(Ordering::SeqCst), 0);
+        assert_eq!(status_of(&mut service, None).await, 200, "no key, no store");
+    }
 }

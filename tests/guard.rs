@@ -5,13 +5,17 @@
 mod common;
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::Command;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::http;
+use common::metrics::Exposition;
+use common::process;
+use common::service::Slidegate;
+use common::wait::{PATIENCE, wait_for_blocking};
 use slidegate::server::{self, Access, Methods, RoutePath};
 
 const TOKEN: &str = "s3cret-token-0123456789abcdef";
@@ -19,96 +23,30 @@ const OTHER_TOKEN: &str = "other-token-0123456789abcdef";
 const CHECK: &str = r#"{"key": "client-42", "policy": "api"}"#;
 const POLICY: &str = "[policies.api]\nlimits = [{ limit = 1000, window = \"1m\" }]\n";
 
-/// A running `slidegate`, stopped (SIGTERM) when dropped; its log goes to
-/// a file, read by [`Service::log`].
-struct Service {
-    child: Child,
-    addr: SocketAddr,
-    dir: PathBuf,
+/// The binary on `config` (its `listen` added), logging everything it can
+/// (to show that no token is in it); `configure` adds flags, variables or
+/// files in its directory.
+fn start(name: &str, config: &str, configure: impl FnOnce(&mut Command, &Path)) -> Slidegate {
+    let dir = Slidegate::dir(&format!("guard-{name}"));
+    let addr = process::free_addr();
+    let file = dir.join("slidegate.toml");
+    std::fs::write(&file, format!("listen = \"{addr}\"\n{config}")).unwrap();
+    let mut command = Slidegate::command();
+    command.arg("--config").arg(&file).env("RUST_LOG", "trace");
+    configure(&mut command, &dir);
+    Slidegate::start_in(dir, command, addr, &[])
 }
 
-impl Service {
-    fn start(name: &str, config: &str, configure: impl FnOnce(&mut Command)) -> Service {
-        let dir = std::env::temp_dir().join(format!(
-            "slidegate-guard-{name}-{}",
-            common::unique_namespace()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        let addr: SocketAddr = {
-            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            listener.local_addr().unwrap()
-        };
-        std::fs::write(
-            dir.join("slidegate.toml"),
-            format!("listen = \"{addr}\"\n{config}"),
-        )
-        .unwrap();
-        let log = std::fs::File::create(dir.join("log")).unwrap();
-        let mut command = Command::new(env!("CARGO_BIN_EXE_slidegate"));
-        command
-            .arg("--config")
-            .arg(dir.join("slidegate.toml"))
-            .env_remove("SLIDEGATE_LISTEN")
-            .env_remove("SLIDEGATE_MEMCACHED")
-            .env_remove("SLIDEGATE_CONFIG")
-            .env_remove("SLIDEGATE_API_TOKENS")
-            .env_remove("SLIDEGATE_MEMORY_CAPACITY")
-            // Everything the service can log, to show no token is in it.
-            .env("RUST_LOG", "trace")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log);
-        configure(&mut command);
-        let mut child = command.spawn().unwrap();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while TcpStream::connect(addr).is_err() {
-            if let Ok(Some(status)) = child.try_wait() {
-                panic!(
-                    "slidegate exited early ({status}): {}",
-                    std::fs::read_to_string(dir.join("log")).unwrap_or_default()
-                );
-            }
-            assert!(Instant::now() < deadline, "slidegate did not listen");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Service { child, addr, dir }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("log")).unwrap_or_default()
-    }
-
-    fn is_running(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
-    }
-}
-
-impl Drop for Service {
-    fn drop(&mut self) {
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// The value of an unlabelled sample in Prometheus text.
-fn sample(metrics: &str, name: &str) -> u64 {
-    metrics
-        .lines()
-        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in {metrics}"))
+/// The value of a series in a `/metrics` page, parsed.
+fn sample(metrics: &str, series: &str) -> u64 {
+    Exposition::parse(metrics).value(series) as u64
 }
 
 fn bearer(token: &str) -> String {
     format!("Bearer {token}")
 }
 
-async fn call(service: &Service, method: &str, path: &str, auth: Option<&str>) -> http::Response {
+async fn call(service: &Slidegate, method: &str, path: &str, auth: Option<&str>) -> http::Response {
     let auth = auth.map(bearer);
     let mut headers = vec![("content-type", "application/json")];
     if let Some(auth) = &auth {
@@ -120,10 +58,10 @@ async fn call(service: &Service, method: &str, path: &str, auth: Option<&str>) -
 
 #[tokio::test]
 async fn with_tokens_set_the_api_needs_one_and_health_stays_open() {
-    let service = Service::start(
+    let service = start(
         "tokens",
         &format!("{POLICY}[server]\napi_tokens = [\"{TOKEN}\", \"{OTHER_TOKEN}\"]\n"),
-        |_| {},
+        |_, _| {},
     );
     let protected = [
         ("POST", "/v1/check"),
@@ -199,10 +137,10 @@ async fn with_tokens_set_the_api_needs_one_and_health_stays_open() {
 /// token it must not spend anyone's quota.
 #[tokio::test]
 async fn forward_auth_by_path_needs_a_token_too() {
-    let service = Service::start(
+    let service = start(
         "auth-path",
         &format!("{POLICY}[server]\napi_tokens = [\"{TOKEN}\"]\n"),
-        |_| {},
+        |_, _| {},
     );
     let victim = [("x-ratelimit-key", "victim")];
     let response = http::send(service.addr, "GET", "/v1/auth/api/x", &victim, "").await;
@@ -223,12 +161,12 @@ async fn forward_auth_by_path_needs_a_token_too() {
 #[tokio::test]
 async fn every_route_without_a_token_is_refused_where_tokens_apply() {
     for metrics_need_token in [false, true] {
-        let service = Service::start(
+        let service = start(
             &format!("walk-{metrics_need_token}"),
             &format!(
                 "{POLICY}[server]\napi_tokens = [\"{TOKEN}\"]\nmetrics_need_token = {metrics_need_token}\n"
             ),
-            |_| {},
+            |_, _| {},
         );
         let mut open = Vec::new();
         for route in server::ROUTES {
@@ -265,10 +203,10 @@ async fn every_route_without_a_token_is_refused_where_tokens_apply() {
 
 #[tokio::test]
 async fn metrics_can_need_a_token_from_the_environment_or_a_file() {
-    let service = Service::start(
+    let service = start(
         "metrics-token",
         &format!("{POLICY}[server]\napi_tokens_file = \"tokens\"\nmetrics_need_token = true\n"),
-        |command| {
+        |command, _| {
             command.env("SLIDEGATE_API_TOKENS", format!("{OTHER_TOKEN},{TOKEN}"));
         },
     );
@@ -287,15 +225,10 @@ async fn metrics_can_need_a_token_from_the_environment_or_a_file() {
     assert_eq!(call(&service, "GET", "/healthz", None).await.status, 200);
     drop(service);
 
-    let service = Service::start(
+    let service = start(
         "tokens-file",
         &format!("{POLICY}[server]\napi_tokens_file = \"tokens\"\n"),
-        |command| {
-            let dir = command
-                .get_args()
-                .nth(1)
-                .map(|config| PathBuf::from(config).parent().unwrap().to_owned())
-                .unwrap();
+        |_, dir| {
             std::fs::write(dir.join("tokens"), format!("# rotated weekly\n{TOKEN}\n")).unwrap();
         },
     );
@@ -349,10 +282,10 @@ fn open_connections(metrics_over: &mut TcpStream) -> u64 {
 #[tokio::test]
 async fn connections_past_the_cap_are_closed_at_once_and_the_service_still_answers() {
     const CAP: usize = 40;
-    let mut service = Service::start(
+    let mut service = start(
         "cap",
         &format!("{POLICY}[server]\nmax_connections = {CAP}\n"),
-        |_| {},
+        |_, _| {},
     );
     // Bounded by this process's file limit (the server has the same one).
     let mut limit = libc::rlimit {
@@ -369,18 +302,9 @@ async fn connections_past_the_cap_are_closed_at_once_and_the_service_still_answe
     // Wait for every connection to be served, or given back; `held[0]`
     // asks.
     let settle = |held: &mut [TcpStream], expected: usize| {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let open = open_connections(&mut held[0]);
-            if open == expected as u64 {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{open} connections open, expected {expected}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_for_blocking(&format!("{expected} connections open"), PATIENCE, || {
+            open_connections(&mut held[0]) == expected as u64
+        });
     };
     // The start-up probe's connection has ended before the others arrive,
     // and every held connection is served before the extra ones do. (Idle
@@ -421,14 +345,9 @@ async fn connections_past_the_cap_are_closed_at_once_and_the_service_still_answe
 
     // Clients that leave make room: a fresh client is answered.
     held.truncate(CAP / 2);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while open_connections(&mut held[0]) > (CAP / 2) as u64 {
-        assert!(
-            Instant::now() < deadline,
-            "closed connections were not given back"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_blocking("closed connections given back", PATIENCE, || {
+        open_connections(&mut held[0]) <= (CAP / 2) as u64
+    });
     let fresh = http::post(service.addr, "/v1/check", CHECK).await;
     assert_eq!(fresh.status, 200, "{}", fresh.body);
     assert!(service.is_running());
@@ -439,7 +358,7 @@ async fn connections_past_the_cap_are_closed_at_once_and_the_service_still_answe
 
 #[tokio::test]
 async fn the_embedded_store_evicts_at_capacity_and_counts_it() {
-    let service = Service::start("capacity", POLICY, |command| {
+    let service = start("capacity", POLICY, |command, _| {
         command.args(["--memory-capacity", "16"]);
     });
     for index in 0..100 {
@@ -531,4 +450,33 @@ async fn a_saturated_store_path_answers_by_the_failure_mode_at_once() {
         task.abort();
     }
     silent.abort();
+}
+
+/// Tokens are 16 to 4096 bytes: a 4096-byte token opens the API, a
+/// 4097-byte one stops the start, naming where it came from.
+#[tokio::test]
+async fn a_token_of_4096_bytes_works_and_a_longer_one_is_refused() {
+    let longest = "t".repeat(4096);
+    let service = start("longest-token", POLICY, |command, _| {
+        command.env("SLIDEGATE_API_TOKENS", &longest);
+    });
+    assert_eq!(
+        call(&service, "POST", "/v1/check", Some(&longest))
+            .await
+            .status,
+        200
+    );
+    assert_eq!(call(&service, "POST", "/v1/check", None).await.status, 401);
+    drop(service);
+
+    let mut command = Slidegate::command();
+    command
+        .args(["--listen", &process::free_addr().to_string()])
+        .env("SLIDEGATE_API_TOKENS", "t".repeat(4097));
+    let (status, output) = Slidegate::run_to_exit(command);
+    assert!(!status.success(), "started with a 4097-byte token");
+    assert!(
+        output.contains("SLIDEGATE_API_TOKENS") && output.contains("4097"),
+        "{output}"
+    );
 }

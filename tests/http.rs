@@ -8,6 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::http::{self, Response};
+use common::metrics;
+use common::wait::{PATIENCE, wait_for};
 use serde_json::json;
 use slidegate::config::{AuthConfig, IpNet};
 use slidegate::server::{self, App};
@@ -19,6 +21,7 @@ use tokio::sync::oneshot;
 
 struct TestApp {
     addr: SocketAddr,
+    app: Arc<App>,
     clock: ManualClock,
     stop: Option<oneshot::Sender<()>>,
     served: tokio::task::JoinHandle<std::io::Result<()>>,
@@ -60,11 +63,12 @@ async fn spawn_app(store: AnyStore, mode: FailureMode, auth: AuthConfig) -> Test
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
-    let served = tokio::spawn(server::serve(listener, app, async {
+    let served = tokio::spawn(server::serve(listener, app.clone(), async {
         let _ = stopped.await;
     }));
     TestApp {
         addr,
+        app,
         clock,
         stop: Some(stop),
         served,
@@ -210,6 +214,55 @@ async fn decisions_on_memcached() {
     decisions_carry_the_documented_fields(app).await;
 }
 
+/// `Retry-After` and the RateLimit `t` are whole seconds rounded up: half
+/// a second into the minute, a wait of 49.5 s is 50, and counts that leave
+/// the window in 89.5 s are `t=90` (rounded down, a client would come back
+/// half a second early and be refused).
+#[tokio::test]
+async fn retry_after_and_t_round_up() {
+    let app = memory_app().await;
+    let check = |cost: u64| {
+        app.post(
+            "/v1/check",
+            json!({"key": "r", "policy": "api", "cost": cost}),
+        )
+    };
+    assert_eq!(check(1).await.status, 200);
+    app.clock.advance(Duration::from_millis(500));
+    let admitted = check(2).await;
+    assert_eq!(admitted.status, 200);
+    assert_eq!(admitted.header("ratelimit"), Some("\"api\";r=0;t=90"));
+    let refused = check(1).await;
+    assert_eq!(refused.status, 429);
+    // 3 in this minute: 2 once a third of the next has gone, 49.5 s away.
+    assert_eq!(refused.json()["retry_after_ms"], 49_500);
+    assert_eq!(refused.header("retry-after"), Some("50"));
+    assert_eq!(refused.header("ratelimit"), Some("\"api\";r=0;t=50"));
+}
+
+/// A refusal under several limits names each limit with its own `r` and
+/// `t`: the full one its wait, the other what it still has.
+#[tokio::test]
+async fn a_refusal_under_several_limits_gives_each_its_own_r_and_t() {
+    let app = memory_app().await;
+    let check = |cost: u64| {
+        app.post(
+            "/v1/check",
+            json!({"key": "s", "policy": "tiered", "cost": cost}),
+        )
+    };
+    assert_eq!(check(10).await.status, 200);
+    let refused = check(1).await;
+    assert_eq!(refused.status, 429, "{}", refused.body);
+    // 10 in this second: one more fits once a tenth of the next has gone.
+    assert_eq!(refused.json()["retry_after_ms"], 1_100);
+    assert_eq!(refused.header("retry-after"), Some("2"));
+    assert_eq!(
+        refused.header("ratelimit"),
+        Some("\"tiered-1s\";r=0;t=2, \"tiered-10m-p10\";r=2990;t=0")
+    );
+}
+
 #[tokio::test]
 async fn bad_input_is_a_400_naming_the_field() {
     let app = memory_app().await;
@@ -335,26 +388,24 @@ async fn statuses_for_size_method_and_path() {
         .await;
     app.post("/v1/check", json!({"key": "k", "policy": "api"}))
         .await;
-    let metrics = app.get("/metrics").await;
-    assert_eq!(metrics.status, 200);
-    assert!(
-        metrics
-            .header("content-type")
-            .unwrap()
-            .starts_with("application/openmetrics-text")
-    );
-    for line in [
-        "slidegate_decisions_total{policy=\"api\",outcome=\"allowed\"} 1",
-        "slidegate_decisions_total{policy=\"api\",outcome=\"rejected\"} 1",
-        "slidegate_decisions_total{policy=\"api\",outcome=\"near_cache\"} 1",
-        "slidegate_near_cache_hits_total 1",
-        "slidegate_store_errors_total{kind=\"timeout\"} 0",
+    let metrics = metrics::scrape(app.addr).await;
+    for (series, value) in [
+        (
+            r#"slidegate_decisions_total{policy="api",outcome="allowed"}"#,
+            1.0,
+        ),
+        (
+            r#"slidegate_decisions_total{policy="api",outcome="rejected"}"#,
+            1.0,
+        ),
+        (
+            r#"slidegate_decisions_total{policy="api",outcome="near_cache"}"#,
+            1.0,
+        ),
+        ("slidegate_near_cache_hits_total", 1.0),
+        (r#"slidegate_store_errors_total{kind="timeout"}"#, 0.0),
     ] {
-        assert!(
-            metrics.body.lines().any(|l| l == line),
-            "missing {line:?} in\n{}",
-            metrics.body
-        );
+        assert_eq!(metrics.value(series), value, "{series}");
     }
 }
 
@@ -629,25 +680,88 @@ async fn store_outage_over_http() {
     assert_eq!(response.status, 503);
     assert_json(&response);
     assert_eq!(response.json()["source"], "fallback");
+    // Forward-auth too: under deny, an unreachable store is a 503, which
+    // a proxy turns into a refusal.
+    let auth = http::send(
+        closed.addr,
+        "GET",
+        "/v1/auth?policy=api",
+        &[("x-ratelimit-key", "k")],
+        Vec::new(),
+    )
+    .await;
+    assert_eq!(auth.status, 503, "{}", auth.body);
     let ready = open.get("/readyz").await;
     assert_eq!(
         (ready.status, ready.json()["status"].clone()),
         (503, json!("unavailable"))
     );
-    let metrics = open.get("/metrics").await;
-    assert!(
-        metrics
-            .body
-            .contains("slidegate_decisions_total{policy=\"api\",outcome=\"fallback\"} 1")
+    let metrics = metrics::scrape(open.addr).await;
+    assert_eq!(
+        metrics.value(r#"slidegate_decisions_total{policy="api",outcome="fallback"}"#),
+        1.0
     );
 
+    // Back: the connections redial by themselves; until they have, a
+    // check is still the failure mode's (503 under deny).
     memcached.restart();
-    let response = closed.post("/v1/check", body).await;
-    assert_eq!(
-        (response.status, response.json()["source"].clone()),
-        (200, json!("store"))
-    );
+    wait_for("the store to decide again", PATIENCE, || async {
+        let response = closed.post("/v1/check", body.clone()).await;
+        response.status == 200 && response.json()["source"] == "store"
+    })
+    .await;
     assert_eq!(closed.get("/readyz").await.status, 200);
+}
+
+/// Failure mode `local` over HTTP: with the store down, the process's own
+/// counters enforce the limit, and say so (`source: fallback`).
+#[tokio::test]
+async fn local_mode_over_http_enforces_the_limit_while_the_store_is_down() {
+    let mut memcached = common::Memcached::start();
+    let app = memcached_app(memcached.addr(), FailureMode::Local).await;
+    memcached.kill();
+    let body = json!({"key": "k", "policy": "api"});
+    for remaining in [2, 1, 0] {
+        let response = app.post("/v1/check", body.clone()).await;
+        assert_eq!(response.status, 200, "{}", response.body);
+        assert_eq!(response.json()["source"], "fallback");
+        assert_eq!(response.json()["remaining"], remaining);
+    }
+    let refused = app.post("/v1/check", body).await;
+    assert_eq!(refused.status, 429, "{}", refused.body);
+    assert_eq!(refused.json()["source"], "fallback");
+    assert!(refused.header("retry-after").is_some());
+}
+
+/// A connection that sends no request for 10 s is closed, so idle
+/// connections cannot hold places under the cap; not before.
+#[tokio::test]
+async fn a_connection_idle_for_10_s_is_closed() {
+    let app = memory_app().await;
+    let mut stream = tokio::net::TcpStream::connect(app.addr).await.unwrap();
+    stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: t\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buffer = [0u8; 1024];
+    let read = stream.read(&mut buffer).await.unwrap();
+    assert!(buffer[..read].starts_with(b"HTTP/1.1 200"));
+    let idle_from = std::time::Instant::now();
+    let closed = tokio::time::timeout(Duration::from_secs(40), async {
+        loop {
+            match stream.read(&mut buffer).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
+    let idle = idle_from.elapsed();
+    assert!(closed.is_ok(), "still open after {idle:?} idle");
+    assert!(
+        idle >= Duration::from_millis(9_900),
+        "closed after {idle:?}, before 10 s"
+    );
 }
 
 #[tokio::test]
@@ -661,9 +775,18 @@ async fn shutdown_finishes_the_request_in_flight() {
         body.len()
     );
     stream.write_all(head.as_bytes()).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    let served = app.app.clone();
+    wait_for("the connection to be served", PATIENCE, || {
+        std::future::ready(served.open_connections() == 1)
+    })
+    .await;
     app.stop.take().unwrap().send(()).unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Shutdown has begun once the listener is closed.
+    let addr = app.addr;
+    wait_for("the listener to close", PATIENCE, || async move {
+        tokio::net::TcpStream::connect(addr).await.is_err()
+    })
+    .await;
     stream.write_all(body.as_bytes()).await.unwrap();
     let mut answer = String::new();
     tokio::time::timeout(Duration::from_secs(5), stream.read_to_string(&mut answer))
@@ -686,132 +809,117 @@ mod binary {
     //! The `slidegate` binary itself: configuration layering, errors that
     //! name the file and field, SIGTERM.
 
-    use std::io::Read;
-    use std::process::{Child, Command, Stdio};
-    use std::time::{Duration, Instant};
+    use super::common::process::free_addr;
+    use super::common::service::Slidegate;
+    use super::common::wait::{PATIENCE, wait_for};
+    use super::common::{Memcached, http};
 
-    fn free_addr() -> String {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.local_addr().unwrap().to_string()
-    }
-
-    fn slidegate() -> Command {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_slidegate"));
-        command
-            .env_remove("SLIDEGATE_LISTEN")
-            .env_remove("SLIDEGATE_MEMCACHED")
-            .env_remove("SLIDEGATE_CONFIG")
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        command
-    }
-
-    /// Run to exit, or kill after 20 s: a bug that let the server start must
-    /// fail the test, not hang it.
-    fn run_to_exit(command: &mut Command) -> (bool, String) {
-        let mut child = command.spawn().unwrap();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let status = loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                break status;
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                panic!("slidegate kept running");
-            }
-            std::thread::sleep(Duration::from_millis(20));
+    /// The README: "the log says once when the store starts failing and
+    /// once when it answers again", however many checks fail meanwhile.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_log_says_once_when_the_store_fails_and_once_when_it_is_back() {
+        const FAILING: &str = "store failing; the failure mode decides until it answers";
+        const BACK: &str = "store answers again";
+        let mut memcached = Memcached::start();
+        let mut command = Slidegate::command();
+        command.args(["--memcached", &memcached.addr(), "--timeout-ms", "2000"]);
+        let service = Slidegate::start("store-log", command);
+        let check = || async {
+            let response = http::post(
+                service.addr,
+                "/v1/check",
+                r#"{"key": "k", "limits": [{"limit": 1000, "window": "1h"}]}"#,
+            )
+            .await;
+            response.json()["source"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
         };
-        let mut stderr = String::new();
-        child
-            .stderr
-            .take()
-            .unwrap()
-            .read_to_string(&mut stderr)
-            .unwrap();
-        (status.success(), stderr)
-    }
-
-    fn wait_for_health(addr: &str, child: &mut Child) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if let Ok(Some(status)) = child.try_wait() {
-                panic!("slidegate exited early: {status}");
-            }
-            if std::net::TcpStream::connect(addr).is_ok() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(check().await, "store");
+        memcached.kill();
+        for _ in 0..20 {
+            assert_eq!(check().await, "fallback");
         }
-        panic!("slidegate did not listen on {addr}");
+        memcached.restart();
+        wait_for("the store to decide again", PATIENCE, || async {
+            check().await == "store"
+        })
+        .await;
+        for _ in 0..5 {
+            assert_eq!(check().await, "store");
+        }
+        let log = service.stop();
+        let lines = |what: &str| log.lines().filter(|line| line.contains(what)).count();
+        assert_eq!((lines(FAILING), lines(BACK)), (1, 1), "{log}");
     }
 
-    fn stop(mut child: Child) -> String {
-        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let status = loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                break status;
-            }
-            assert!(Instant::now() < deadline, "did not stop on SIGTERM");
-            std::thread::sleep(Duration::from_millis(50));
-        };
-        assert!(status.success(), "exit status {status}");
-        let mut log = String::new();
-        child
-            .stdout
-            .take()
-            .unwrap()
-            .read_to_string(&mut log)
-            .unwrap();
-        log
+    /// An orchestrator may stop the process the moment it listens: that
+    /// SIGTERM is a clean stop, not the default action's kill. Asked as
+    /// soon as a connection is accepted, a few times over, since the
+    /// window is short.
+    #[test]
+    fn a_sigterm_right_after_it_listens_is_a_clean_stop() {
+        use super::common::process::Daemon;
+        for attempt in 0..20 {
+            let dir = Slidegate::dir("early-sigterm");
+            let addr = free_addr();
+            let mut command = Slidegate::command();
+            command.args(["--listen", &addr.to_string()]);
+            let mut daemon = Daemon::start("slidegate", command, &dir.join("slidegate.log"));
+            super::common::wait::wait_for_blocking("it listens", super::PATIENCE, || {
+                std::net::TcpStream::connect(addr).is_ok()
+            });
+            let status = daemon.terminate(std::time::Duration::from_secs(15));
+            assert!(
+                status.is_some_and(|status| status.success()),
+                "attempt {attempt}: {status:?}\n{}",
+                daemon.log()
+            );
+            let _ = std::fs::remove_dir_all(&dir);
+        }
     }
 
     #[test]
     fn flags_beat_environment_beat_file() {
-        let dir = std::env::temp_dir().join(format!("slidegate-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = Slidegate::dir("layers");
         let file = dir.join("layers.toml");
         let (in_file, in_env, in_flag) = (free_addr(), free_addr(), free_addr());
         std::fs::write(&file, format!("listen = \"{in_file}\"\n")).unwrap();
 
-        let mut child = slidegate()
-            .args(["--config", file.to_str().unwrap(), "--listen", &in_flag])
-            .env("SLIDEGATE_LISTEN", &in_env)
-            .spawn()
-            .unwrap();
-        wait_for_health(&in_flag, &mut child);
-        let log = stop(child);
+        let mut command = Slidegate::command();
+        command
+            .arg("--config")
+            .arg(&file)
+            .args(["--listen", &in_flag.to_string()])
+            .env("SLIDEGATE_LISTEN", in_env.to_string());
+        let log = Slidegate::start_in(Slidegate::dir("flag"), command, in_flag, &[]).stop();
         assert!(log.contains("no Memcached server configured"), "{log}");
         assert!(
             log.contains(&format!("listening on http://{in_flag}")),
             "{log}"
         );
 
-        let mut child = slidegate()
-            .args(["--config", file.to_str().unwrap()])
-            .env("SLIDEGATE_LISTEN", &in_env)
-            .spawn()
-            .unwrap();
-        wait_for_health(&in_env, &mut child);
-        stop(child);
+        let mut command = Slidegate::command();
+        command
+            .arg("--config")
+            .arg(&file)
+            .env("SLIDEGATE_LISTEN", in_env.to_string());
+        Slidegate::start_in(Slidegate::dir("env"), command, in_env, &[]).stop();
 
-        let mut child = slidegate().env("SLIDEGATE_CONFIG", &file).spawn().unwrap();
-        wait_for_health(&in_file, &mut child);
-        stop(child);
+        let mut command = Slidegate::command();
+        command.env("SLIDEGATE_CONFIG", &file);
+        Slidegate::start_in(Slidegate::dir("file"), command, in_file, &[]).stop();
     }
 
     /// With only a discovery endpoint, the store is Memcached, and the log
     /// says so (the endpoint need not answer for the start to go on).
     #[test]
     fn discovery_alone_is_logged_as_memcached() {
-        let (listen, endpoint) = (free_addr(), free_addr());
-        let mut child = slidegate()
-            .args(["--listen", &listen, "--memcached-discovery", &endpoint])
-            .spawn()
-            .unwrap();
-        wait_for_health(&listen, &mut child);
-        let log = stop(child);
+        let endpoint = free_addr();
+        let mut command = Slidegate::command();
+        command.args(["--memcached-discovery", &endpoint.to_string()]);
+        let log = Slidegate::start("discovery-alone", command).stop();
         assert!(!log.contains("no Memcached server configured"), "{log}");
         assert!(
             log.contains(&format!(
@@ -823,27 +931,30 @@ mod binary {
 
     #[test]
     fn a_bad_file_stops_the_start_naming_file_and_field() {
-        let dir = std::env::temp_dir().join(format!("slidegate-test-bad-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = Slidegate::dir("bad-file");
         let file = dir.join("bad.toml");
         std::fs::write(
             &file,
             "[policies.api]\nlimits = [{ limit = 10, window = \"1s\", precision = 7 }]\n",
         )
         .unwrap();
-        let (success, stderr) = run_to_exit(slidegate().args(["--config", file.to_str().unwrap()]));
-        assert!(!success);
+        let mut command = Slidegate::command();
+        command.arg("--config").arg(&file);
+        let (status, output) = Slidegate::run_to_exit(command);
+        assert!(!status.success());
         let expected = format!(
             "{}: policies.api.limits[0].precision: 7 does not divide",
             file.display()
         );
-        assert!(stderr.contains(&expected), "{stderr}");
+        assert!(output.contains(&expected), "{output}");
 
-        let (success, stderr) = run_to_exit(slidegate().args(["--failure-mode", "sometimes"]));
-        assert!(!success);
+        let mut command = Slidegate::command();
+        command.args(["--failure-mode", "sometimes"]);
+        let (status, output) = Slidegate::run_to_exit(command);
+        assert!(!status.success());
         assert!(
-            stderr.contains("--failure-mode (or SLIDEGATE_FAILURE_MODE)"),
-            "{stderr}"
+            output.contains("--failure-mode (or SLIDEGATE_FAILURE_MODE)"),
+            "{output}"
         );
     }
 }

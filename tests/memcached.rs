@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use common::Memcached;
 use common::proxy::CountingProxy;
+use common::wait::until_the_store_decides;
 use slidegate::store::KeyDigest;
 use slidegate::store::memcached::DigestRendezvous;
 use slidegate::store::{CounterKey, Store};
@@ -40,9 +41,8 @@ async fn round_trips_per_call() {
     let memcached = Memcached::start();
     let proxy = CountingProxy::start(memcached.addr()).await;
     let clock = ManualClock::new(common::today_ms() + 30_000);
-    let limiter = Limiter::builder(store_at(vec![proxy.addr.clone()]).await)
+    let limiter = common::patient_limiter(store_at(vec![proxy.addr.clone()]).await)
         .clock(clock)
-        .timeout(Duration::from_secs(2))
         .build();
     let api = policy(&[(3, MINUTE, 1)]);
     let fine = policy(&[(10, 1_000, 1), (3_000, 10 * MINUTE, 10)]);
@@ -119,7 +119,7 @@ async fn buckets_live_two_windows() {
     let memcached = common::shared_memcached();
     let now = common::today_ms() + 1_000;
     let store = Arc::new(store_at(vec![memcached.addr()]).await);
-    let limiter = Limiter::builder(store.clone())
+    let limiter = common::patient_limiter(store.clone())
         .clock(ManualClock::new(now))
         .build();
     for (window_ms, expected_ttl) in [(MINUTE, 122), (40 * 86_400_000, 80 * 86_400 + 2)] {
@@ -155,7 +155,7 @@ async fn client_keys_never_reach_the_wire_as_text() {
         memcached.raw("set sentinel 0 0 2\r\nok\r\n", "\r\n"),
         "STORED\r\n"
     );
-    let limiter = Limiter::new(store_at(vec![memcached.addr()]).await);
+    let limiter = common::patient_limiter(store_at(vec![memcached.addr()]).await).build();
     let api = policy(&[(5, MINUTE, 1)]);
     let long = format!("{}\r\nflush_all\r\n", "y".repeat(1000));
     for key in [
@@ -199,7 +199,7 @@ async fn keys_route_by_digest_over_several_servers() {
     let addrs: Vec<String> = servers.iter().map(Memcached::addr).collect();
     let now = common::today_ms() + 1_000;
     let store = Arc::new(store_at(addrs.clone()).await);
-    let limiter = Limiter::builder(store.clone())
+    let limiter = common::patient_limiter(store.clone())
         .clock(ManualClock::new(now))
         .build();
     let api = policy(&[(10, MINUTE, 1), (100, 60 * MINUTE, 4)]);
@@ -266,9 +266,10 @@ async fn a_check_that_crosses_a_bucket_boundary_in_flight_is_decided_again() {
                 .timeout(Duration::from_secs(5))
                 .build(),
         );
-        let direct = Limiter::builder(MemcachedStore::connect(&direct_to_memcached).await.unwrap())
-            .clock(clock.clone())
-            .build();
+        let direct =
+            common::patient_limiter(MemcachedStore::connect(&direct_to_memcached).await.unwrap())
+                .clock(clock.clone())
+                .build();
         let api = Arc::new(policy(&[(2, 1_000, 1)]));
 
         proxy.hold();
@@ -361,19 +362,9 @@ async fn fail_open_then_recover_by_itself() {
     // The connections redial by themselves, with a backoff of at most half
     // a second: the store decides again within a second or so.
     memcached.restart();
-    let restarted = Instant::now();
-    let decision = loop {
-        let decision = limiter.check("k", &api, 1).await.unwrap();
-        if decision.source == Source::Store || restarted.elapsed() > Duration::from_secs(10) {
-            break decision;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    assert_eq!((decision.allowed, decision.source), (true, Source::Store));
-    println!(
-        "the store decided again {:?} after the restart",
-        restarted.elapsed()
-    );
+    let (decision, took) = until_the_store_decides(&limiter, "k", &api).await;
+    assert!(decision.allowed);
+    println!("the store decided again {took:?} after the restart");
     assert!(limiter.ready().await.is_ok());
 }
 
@@ -432,4 +423,137 @@ async fn a_silent_store_times_out() {
         started.elapsed()
     );
     assert!(limiter.store().ping().await.is_err());
+}
+
+/// The README on discovery: "nodes that stay keep their connections ...
+/// removed ones close once their last request is done", and "a poll that
+/// fails ... keeps the list in use". The configuration endpoint here is a
+/// plain memcached holding the cluster config as the
+/// `AmazonElastiCache:cluster` item (as engines before 1.4.14 do); each
+/// node sits behind a proxy that counts its open connections and can hold
+/// a request on the wire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovery_keeps_staying_connections_drains_removed_ones_and_survives_failed_polls() {
+    use common::wait::{PATIENCE, until_version, wait_for};
+
+    let (a, b) = (Memcached::start(), Memcached::start());
+    let (proxy_a, proxy_b) = (
+        CountingProxy::start(a.addr()).await,
+        CountingProxy::start(b.addr()).await,
+    );
+    let mut endpoint = Memcached::start();
+    let publish = |version: u64, proxies: &[(&str, &CountingProxy)]| {
+        let nodes: Vec<String> = proxies
+            .iter()
+            .map(|(host, proxy)| {
+                let port = proxy.addr.rsplit(':').next().unwrap();
+                format!("{host}|127.0.0.1|{port}")
+            })
+            .collect();
+        let body = format!("{version}\n{}\n", nodes.join(" "));
+        let set = format!(
+            "set AmazonElastiCache:cluster 0 0 {}\r\n{body}\r\n",
+            body.len()
+        );
+        assert_eq!(endpoint.raw(&set, "\r\n"), "STORED\r\n");
+    };
+    publish(
+        1,
+        &[
+            ("node-a.cache.local", &proxy_a),
+            ("node-b.cache.local", &proxy_b),
+        ],
+    );
+    let options = MemcachedOptions {
+        discovery: Some(endpoint.addr()),
+        discovery_interval: Duration::from_millis(50),
+        // The held request waits out a discovery poll: longer than the
+        // harness's 2 s on a busy machine, if need be.
+        timeout: PATIENCE,
+        ..common::memcached_options(Vec::new())
+    };
+    let store = Arc::new(MemcachedStore::connect(&options).await.unwrap());
+    until_version(&store, 1).await;
+    wait_for("both nodes' connections up", PATIENCE, || {
+        std::future::ready(store.topology().nodes.iter().all(|node| node.live() == 2))
+    })
+    .await;
+    let limiter = Arc::new(Limiter::builder(store.clone()).timeout(PATIENCE).build());
+    let api = Arc::new(policy(&[(1_000_000, MINUTE, 1)]));
+    let on_node = |wanted: &str| {
+        (0..1000)
+            .map(|index| format!("client-{index}"))
+            .find(|key| {
+                store
+                    .node_name_of(&KeyDigest::of("api", key))
+                    .is_some_and(|node| node.starts_with(wanted))
+            })
+            .unwrap()
+    };
+    let (key_a, key_b) = (on_node("node-a"), on_node("node-b"));
+    let redials_of_a = || {
+        store
+            .topology()
+            .nodes
+            .iter()
+            .find(|node| node.name.starts_with("node-a"))
+            .map(|node| node.redials.clone())
+    };
+    let redials_before = redials_of_a();
+    assert_eq!(proxy_a.open_connections(), 2);
+
+    // A request to B is on the wire when B leaves the cluster.
+    proxy_b.hold();
+    let in_flight = {
+        let (limiter, api, key_b) = (limiter.clone(), api.clone(), key_b.clone());
+        tokio::spawn(async move { limiter.check(&key_b, &api, 1).await.unwrap() })
+    };
+    proxy_b.holding_a_request().await;
+    publish(2, &[("node-a.cache.local", &proxy_a)]);
+    until_version(&store, 2).await;
+    proxy_b.release();
+    // Had B's connection closed under it, the check would have fallen back.
+    let answered = in_flight.await.unwrap();
+    assert_eq!(
+        answered.source,
+        Source::Store,
+        "the request in flight was answered by B"
+    );
+    wait_for(
+        "B's connections closed after its last request",
+        PATIENCE,
+        || std::future::ready(proxy_b.open_connections() == 0),
+    )
+    .await;
+    // A stayed: the same two connections, never redialled.
+    assert_eq!(proxy_a.open_connections(), 2);
+    assert_eq!(proxy_a.most_open_connections(), 2);
+    assert_eq!(redials_of_a(), redials_before);
+    assert_eq!(
+        limiter.check(&key_a, &api, 1).await.unwrap().source,
+        Source::Store
+    );
+
+    // The endpoint goes away: polls fail, the list in use stays.
+    endpoint.kill();
+    wait_for("a failed poll", PATIENCE, || {
+        let failed = store
+            .topology()
+            .polls
+            .iter()
+            .any(|&(result, count)| result == "failed" && count > 0);
+        std::future::ready(failed)
+    })
+    .await;
+    let topology = store.topology();
+    assert_eq!(topology.version, Some(2));
+    assert_eq!(topology.nodes.len(), 1);
+    assert_eq!(
+        limiter.check(&key_a, &api, 1).await.unwrap().source,
+        Source::Store
+    );
+    assert_eq!(
+        limiter.check(&key_b, &api, 1).await.unwrap().source,
+        Source::Store
+    );
 }

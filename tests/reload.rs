@@ -8,11 +8,13 @@ mod common;
 use std::net::SocketAddr;
 use std::os::unix::fs::symlink;
 use std::path::Path;
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::http;
-use common::process::{self, Daemon};
+use common::metrics;
+use common::process;
+use common::service::Slidegate;
+use common::wait::{PATIENCE, wait_for};
 
 const POLICIES_V1: &str = r#"
 [reload]
@@ -57,10 +59,10 @@ fn configmap_update(dir: &Path, version: &str, text: &str) {
     std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).unwrap();
 }
 
-fn start(config: &Path, dir: &Path) -> (Daemon, SocketAddr) {
+fn start(config: &Path, dir: &Path) -> (Slidegate, SocketAddr) {
     let addr = process::free_addr();
-    let daemon = start_listening(config, dir, Some(addr), &[addr]);
-    (daemon, addr)
+    let service = start_listening(config, dir, Some(addr), &[addr]);
+    (service, addr)
 }
 
 /// The binary on `config`, with `--listen` when given (else the file's
@@ -70,30 +72,17 @@ fn start_listening(
     dir: &Path,
     listen: Option<SocketAddr>,
     ready: &[SocketAddr],
-) -> Daemon {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_slidegate"));
+) -> Slidegate {
+    let mut command = Slidegate::command();
     command.arg("--config").arg(config);
     if let Some(addr) = listen {
         command.args(["--listen", &addr.to_string()]);
     }
-    for variable in [
-        "SLIDEGATE_MEMCACHED",
-        "SLIDEGATE_API_TOKENS",
-        "SLIDEGATE_LISTEN",
-    ] {
-        command.env_remove(variable);
-    }
-    command.env("RUST_LOG", "info").env("NO_COLOR", "1");
-    let mut daemon = Daemon::start("slidegate", command, &dir.join("slidegate.log"));
-    for addr in ready {
-        daemon.wait_for(*addr);
-    }
-    daemon
+    Slidegate::start_in(dir.to_owned(), command, ready[0], &ready[1..])
 }
 
-fn hang_up(daemon: &Daemon) {
-    // SAFETY: a signal to the child this test started.
-    assert_eq!(unsafe { libc::kill(daemon.pid(), libc::SIGHUP) }, 0);
+fn hang_up(service: &Slidegate) {
+    service.signal(libc::SIGHUP);
 }
 
 /// Wait until the binary has finished `count` successful reloads.
@@ -113,19 +102,14 @@ async fn check(addr: SocketAddr, policy: &str) -> http::Response {
     .await
 }
 
-/// Poll (at most 20 s) until `ready` holds.
-async fn eventually<F: Future<Output = bool>>(what: &str, mut ready: impl FnMut() -> F) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !ready().await {
-        assert!(Instant::now() < deadline, "{what}: not within 20 s");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+/// Poll until `ready` holds.
+async fn eventually<F: Future<Output = bool>>(what: &str, ready: impl FnMut() -> F) {
+    wait_for(what, PATIENCE, ready).await;
 }
 
+/// One series of the binary's `/metrics`, parsed.
 async fn metric(addr: SocketAddr, series: &str) -> Option<f64> {
-    let page = http::get(addr, "/metrics").await.body;
-    page.lines()
-        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    metrics::scrape(addr).await.get(series)
 }
 
 #[tokio::test]
@@ -510,4 +494,53 @@ async fn closed_at_once(addr: SocketAddr) -> bool {
     let mut answer = [0u8; 64];
     let read = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut answer)).await;
     matches!(read, Ok(Ok(0) | Err(_)))
+}
+
+/// A request in flight when a reload lands finishes under the policies it
+/// started with: here its store call is held on the wire (a proxy between
+/// the binary and memcached) while `api` changes from 1 an hour to 5 a
+/// minute, and its answer still carries the old policy. The next request
+/// is decided under the new one.
+// Multi-threaded: the proxy must relay while this thread waits for the
+// binary to start (a blocking wait).
+#[cfg(feature = "memcached")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_in_flight_finishes_under_the_policies_it_started_with() {
+    let memcached = common::shared_memcached();
+    let proxy = common::proxy::CountingProxy::start(memcached.addr()).await;
+    let dir = process::temp_dir("slidegate-reload-in-flight");
+    let config = dir.join("slidegate.toml");
+    let policies = |limit: &str| {
+        format!(
+            "[reload]\nwatch_ms = 0\n[memcached]\nservers = [\"{}\"]\nnamespace = \"{}\"\n\
+             timeout_ms = 30000\n[policies.api]\nlimits = [{limit}]\n",
+            proxy.addr,
+            common::unique_namespace()
+        )
+    };
+    std::fs::write(&config, policies("{ limit = 1, window = \"1h\" }")).unwrap();
+    let (service, addr) = start(&config, &dir);
+    eventually("the store ready", || async {
+        http::get(addr, "/readyz").await.status == 200
+    })
+    .await;
+
+    proxy.hold();
+    let in_flight = tokio::spawn(check(addr, "api"));
+    proxy.holding_a_request().await;
+    std::fs::write(&config, policies("{ limit = 5, window = \"1m\" }")).unwrap();
+    hang_up(&service);
+    reloaded(addr, 1.0).await;
+    proxy.release();
+
+    let answered = in_flight.await.unwrap();
+    assert_eq!(answered.status, 200, "{}", answered.body);
+    assert_eq!(
+        answered.header("ratelimit-policy"),
+        Some("\"api\";q=1;w=3600"),
+        "the request in flight was decided under the new policy"
+    );
+    assert_eq!(answered.json()["limits"][0]["window_ms"], 3_600_000);
+    let after = check(addr, "api").await;
+    assert_eq!(after.header("ratelimit-policy"), Some("\"api\";q=5;w=60"));
 }

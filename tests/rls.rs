@@ -797,18 +797,32 @@ async fn metrics_count_per_domain_and_rule() {
     let http = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = http.local_addr().unwrap();
     tokio::spawn(server::serve(http, rls.app.clone(), std::future::pending()));
-    let page = common::http::get(addr, "/metrics").await.body;
-    for line in [
-        r#"slidegate_rls_hits_total{domain="test",rule="test.one",result="total_hits"} 6"#,
-        r#"slidegate_rls_hits_total{domain="test",rule="test.one",result="within_limit"} 3"#,
-        r#"slidegate_rls_hits_total{domain="test",rule="test.one",result="over_limit"} 3"#,
-        r#"slidegate_rls_hits_total{domain="test",rule="vip",result="total_hits"} 0"#,
-        r#"slidegate_rls_requests_total{outcome="answered"} 6"#,
+    let metrics = common::metrics::scrape(addr).await;
+    for (series, value) in [
+        (
+            r#"slidegate_rls_hits_total{domain="test",rule="test.one",result="total_hits"}"#,
+            6.0,
+        ),
+        (
+            r#"slidegate_rls_hits_total{domain="test",rule="test.one",result="within_limit"}"#,
+            3.0,
+        ),
+        (
+            r#"slidegate_rls_hits_total{domain="test",rule="test.one",result="over_limit"}"#,
+            3.0,
+        ),
+        (
+            r#"slidegate_rls_hits_total{domain="test",rule="vip",result="total_hits"}"#,
+            0.0,
+        ),
+        (r#"slidegate_rls_requests_total{outcome="answered"}"#, 6.0),
     ] {
-        assert!(page.contains(line), "{line} not in\n{page}");
+        assert_eq!(metrics.value(series), value, "{series}");
     }
     assert!(
-        !page.contains("\"a\""),
+        metrics
+            .series()
+            .all(|(series, _)| !series.contains("\"a\"")),
         "request values never become labels"
     );
 }
@@ -964,5 +978,46 @@ async fn a_refused_request_takes_back_all_its_additions_in_one_exchange() {
             assert_eq!(codes(&mut client, fresh()).await.0, Code::Ok);
         }
         assert_eq!(codes(&mut client, fresh()).await.0, Code::OverLimit);
+    }
+}
+
+/// The rules shipped in `examples/envoy/ratelimit/config.yaml` load as
+/// they are, and decide as their comments say: 5 a minute per API key
+/// under `/api`, 1000 per 5 minutes for the partner key, 100 a second per
+/// client address, and loopback not limited.
+#[tokio::test]
+async fn the_shipped_envoy_example_rules_load_and_limit() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/envoy/ratelimit/config.yaml");
+    let config = std::fs::read_to_string(&path).unwrap();
+    let rls = TestRls::start(memory(), &config).await;
+    let mut client = rls.client().await;
+    let ask_as = |entries: &[(&str, &str)]| request("edge", vec![descriptor(entries)]);
+
+    // (descriptor, admitted, then refused?)
+    type Entries<'a> = &'a [(&'a str, &'a str)];
+    let cases: [(Entries, usize, bool); 4] = [
+        // 5 a minute per API key.
+        (&[("path", "/api"), ("api_key", "k1")], 5, true),
+        // The partner key's own 1000 per 5 minutes.
+        (&[("path", "/api"), ("api_key", "partner")], 6, false),
+        // 100 a second per client address.
+        (&[("remote_address", "203.0.113.9")], 100, true),
+        // Loopback is not limited.
+        (&[("remote_address", "127.0.0.1")], 150, false),
+    ];
+    for (entries, admitted, then_refused) in cases {
+        for call in 0..admitted {
+            let response = ask(&mut client, ask_as(entries)).await;
+            assert_eq!(
+                response.overall_code(),
+                Code::Ok,
+                "{entries:?}: call {call}"
+            );
+        }
+        if then_refused {
+            let response = ask(&mut client, ask_as(entries)).await;
+            assert_eq!(response.overall_code(), Code::OverLimit, "{entries:?}");
+        }
     }
 }

@@ -5,13 +5,14 @@
 
 mod common;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use common::http;
+use common::metrics::{Exposition, scrape};
 use slidegate::config::AuthConfig;
 use slidegate::server::{self, App};
 use slidegate::{AnyStore, Limit, Limiter, MemcachedStore, Policy};
@@ -52,98 +53,15 @@ async fn app() -> SocketAddr {
     addr
 }
 
-/// An OpenMetrics text page, checked line by line: every sample belongs
-/// to a family declared by `# TYPE`, names and labels are well formed,
-/// values are numbers, and `# EOF` ends it. Returns series → value.
-fn parse_exposition(page: &str) -> HashMap<String, f64> {
-    let name_ok = |name: &str| {
-        !name.is_empty()
-            && name.chars().enumerate().all(|(i, c)| {
-                c.is_ascii_alphabetic() || c == '_' || c == ':' || (i > 0 && c.is_ascii_digit())
-            })
-    };
-    let mut families: HashMap<String, String> = HashMap::new();
-    let mut series = HashMap::new();
-    let lines: Vec<&str> = page.lines().collect();
-    assert_eq!(lines.last(), Some(&"# EOF"), "ends with # EOF");
-    for line in &lines[..lines.len() - 1] {
-        if let Some(rest) = line.strip_prefix("# ") {
-            let mut words = rest.splitn(3, ' ');
-            let (keyword, name) = (words.next().unwrap(), words.next().unwrap_or(""));
-            assert!(name_ok(name), "bad family name in {line:?}");
-            match keyword {
-                "TYPE" => {
-                    let kind = words.next().unwrap_or("");
-                    assert!(
-                        ["counter", "gauge", "histogram", "info", "unknown"].contains(&kind),
-                        "{line:?}"
-                    );
-                    families.insert(name.to_owned(), kind.to_owned());
-                }
-                "HELP" | "UNIT" => {}
-                other => panic!("unknown comment {other:?} in {line:?}"),
-            }
-            continue;
-        }
-        let (key, value) = line.rsplit_once(' ').unwrap_or_else(|| panic!("{line:?}"));
-        let value: f64 = match value {
-            "+Inf" => f64::INFINITY,
-            other => other
-                .parse()
-                .unwrap_or_else(|_| panic!("value of {line:?}")),
-        };
-        let name = key.split('{').next().unwrap();
-        assert!(name_ok(name), "bad sample name in {line:?}");
-        if let Some(labels) = key.strip_prefix(name)
-            && !labels.is_empty()
-        {
-            let inner = labels
-                .strip_prefix('{')
-                .and_then(|l| l.strip_suffix('}'))
-                .unwrap_or_else(|| panic!("labels of {line:?}"));
-            for pair in inner.split("\",").filter(|p| !p.is_empty()) {
-                let (label, quoted) = pair.split_once("=\"").unwrap_or_else(|| panic!("{line:?}"));
-                assert!(name_ok(label), "label {label:?} in {line:?}");
-                assert!(!quoted.trim_end_matches('"').contains('\n'));
-            }
-        }
-        let family = [
-            "_total", "_bucket", "_count", "_sum", "_created", "_info", "",
-        ]
-        .iter()
-        .find_map(|suffix| {
-            name.strip_suffix(suffix)
-                .filter(|family| families.contains_key(*family))
-        })
-        .unwrap_or_else(|| panic!("{line:?} has no # TYPE"));
-        assert!(!family.is_empty());
-        series.insert(key.to_owned(), value);
-    }
-    series
-}
-
-async fn scrape(addr: SocketAddr) -> (String, HashMap<String, f64>) {
-    let page = http::get(addr, "/metrics").await;
-    assert_eq!(page.status, 200);
-    assert!(
-        page.header("content-type")
-            .unwrap_or_default()
-            .starts_with("application/openmetrics-text"),
-        "{:?}",
-        page.headers
-    );
-    let series = parse_exposition(&page.body);
-    (page.body, series)
-}
-
-fn value(series: &HashMap<String, f64>, key: &str) -> f64 {
-    series.get(key).copied().unwrap_or(0.0)
+/// The value of a series, 0 when it is not served (yet).
+fn value(series: &Exposition, key: &str) -> f64 {
+    series.get(key).unwrap_or(0.0)
 }
 
 #[tokio::test]
 async fn metrics_parse_and_move() {
     let addr = app().await;
-    let (_, before) = scrape(addr).await;
+    let before = scrape(addr).await;
     for series in [
         r#"slidegate_decisions_total{policy="api",outcome="allowed"}"#,
         r#"slidegate_decisions_total{policy="trial",outcome="shadow"}"#,
@@ -152,7 +70,7 @@ async fn metrics_parse_and_move() {
     ] {
         assert_eq!(
             before.get(series),
-            Some(&0.0),
+            Some(0.0),
             "{series} exists from the start"
         );
     }
@@ -166,7 +84,7 @@ async fn metrics_parse_and_move() {
     assert_eq!(check(inline).await.status, 200);
     assert_eq!(check(r#"{"key": "m"}"#).await.status, 400);
 
-    let (_, after) = scrape(addr).await;
+    let after = scrape(addr).await;
     let moved = |key: &str| value(&after, key) - value(&before, key);
     assert_eq!(
         moved(r#"slidegate_decisions_total{policy="api",outcome="allowed"}"#),
@@ -204,7 +122,7 @@ async fn metrics_parse_and_move() {
         1.0
     );
     // No series is named after a key.
-    assert!(after.keys().all(|series| !series.contains("\"m\"")));
+    assert!(after.series().all(|(series, _)| !series.contains("\"m\"")));
     // The store's topology: one configured node, its two connections up.
     assert_eq!(value(&after, "slidegate_memcached_nodes"), 1.0);
     let node = common::shared_memcached().addr();
@@ -220,7 +138,9 @@ async fn metrics_parse_and_move() {
         0.0
     );
     assert!(
-        after.contains_key(r#"slidegate_memcached_discovery_polls_total{result="failed"}"#),
+        after
+            .get(r#"slidegate_memcached_discovery_polls_total{result="failed"}"#)
+            .is_some(),
         "discovery polls are served"
     );
 }
@@ -262,7 +182,7 @@ async fn shadow_mode_admits_and_tells() {
     let plain = http::post(addr, "/v1/check", r#"{"key": "s", "policy": "api"}"#).await;
     assert!(plain.json().get("shadow").is_none());
 
-    let (_, series) = scrape(addr).await;
+    let series = scrape(addr).await;
     assert_eq!(
         value(
             &series,
@@ -334,10 +254,10 @@ async fn the_grafana_dashboard_queries_served_metrics() {
     // A page with every family in it: some traffic, one of each answer.
     let addr = app().await;
     http::post(addr, "/v1/check", r#"{"key": "g", "policy": "api"}"#).await;
-    let (_, series) = scrape(addr).await;
+    let series = scrape(addr).await;
     let served: BTreeSet<String> = series
-        .keys()
-        .map(|key| key.split('{').next().unwrap().to_owned())
+        .series()
+        .map(|(key, _)| key.split('{').next().unwrap().to_owned())
         .collect();
     let mut queried = BTreeSet::new();
     for expr in &exprs {

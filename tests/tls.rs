@@ -9,9 +9,10 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::Memcached;
+use common::wait::{PATIENCE, until_version, wait_for};
 use slidegate::{
     FailureMode, Limit, Limiter, MemcachedOptions, MemcachedStore, Policy, Source, Store,
     TlsOptions,
@@ -140,7 +141,7 @@ async fn counts_are_exact_over_tls() {
     store.ping().await.unwrap();
     assert!(store.topology().tls);
     let limiter = Arc::new(
-        Limiter::builder(store.clone())
+        common::patient_limiter(store.clone())
             .failure_mode(FailureMode::Deny)
             .build(),
     );
@@ -186,15 +187,54 @@ async fn a_certificate_that_does_not_verify_is_a_store_failure() {
             "{why}"
         );
         // Dials keep failing (with backoff), each counted, none in plaintext.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while store.topology().tls_failures == 0 {
-            assert!(
-                Instant::now() < deadline,
-                "{why}: no handshake failure counted"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        wait_for(
+            &format!("{why}: a handshake failure counted"),
+            PATIENCE,
+            || std::future::ready(store.topology().tls_failures > 0),
+        )
+        .await;
     }
+}
+
+/// With TLS on, the first byte on a new connection is a TLS handshake
+/// record (0x16, a ClientHello), whatever answers: pointed at a plain
+/// listener, the store never speaks plaintext memcached to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_never_falls_back_to_plaintext() {
+    use tokio::io::AsyncReadExt;
+    let dir = certificates();
+    let plain = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = plain.local_addr().unwrap().to_string();
+    let store = Arc::new(
+        MemcachedStore::connect(&options(vec![addr], &dir.join("ca.pem"), None))
+            .await
+            .unwrap(),
+    );
+    let pinging = {
+        let store = store.clone();
+        tokio::spawn(async move { store.ping().await })
+    };
+    // Every connection the store opens, the first few of its redials too.
+    for _ in 0..3 {
+        let (mut connection, _) = tokio::time::timeout(PATIENCE, plain.accept())
+            .await
+            .expect("the store dials the node")
+            .unwrap();
+        let mut first = [0u8; 1];
+        tokio::time::timeout(PATIENCE, connection.read_exact(&mut first))
+            .await
+            .expect("the store sends first")
+            .unwrap();
+        assert_eq!(
+            first[0], 0x16,
+            "the first byte is not a TLS handshake record: {:?}",
+            first[0] as char
+        );
+        // Answered in plaintext, as a memcached without TLS would.
+        use tokio::io::AsyncWriteExt;
+        let _ = connection.write_all(b"SERVER_ERROR plaintext\r\n").await;
+    }
+    assert!(pinging.await.unwrap().is_err(), "a plaintext node answered");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -215,32 +255,20 @@ async fn discovered_nodes_are_verified_by_their_host_name() {
         ..options(Vec::new(), &dir.join("ca.pem"), None)
     };
     let store = Arc::new(MemcachedStore::connect(&options).await.unwrap());
-    wait_for_version(&store, 1).await;
+    until_version(&store, 1).await;
     let error = store.ping().await.unwrap_err().to_string();
     assert!(error.contains("wrong-host.cache.local"), "{error}");
 
     let body = format!("2\n{NODE_NAME}|127.0.0.1|{}\n", node.port);
     set_item_over_tls(&dir, &node, "AmazonElastiCache:cluster", &body).await;
-    wait_for_version(&store, 2).await;
+    until_version(&store, 2).await;
     store.ping().await.unwrap();
     // Dialled at 127.0.0.1, verified as node-1.cache.local.
-    let limiter = Limiter::builder(store.clone())
+    let limiter = common::patient_limiter(store.clone())
         .failure_mode(FailureMode::Deny)
         .build();
     let decision = limiter.check("k", &per_minute(5), 1).await.unwrap();
     assert_eq!(decision.source, Source::Store);
-}
-
-async fn wait_for_version(store: &MemcachedStore, version: u64) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while store.topology().version != Some(version) {
-        assert!(
-            Instant::now() < deadline,
-            "no config: {:?}",
-            store.topology()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// Store an item on a TLS memcached, through `openssl s_client`.

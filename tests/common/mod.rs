@@ -6,8 +6,13 @@
 #![allow(dead_code)]
 
 pub mod http;
+pub mod metrics;
 pub mod process;
 pub mod proxy;
+#[cfg(feature = "server")]
+pub mod service;
+pub mod tools;
+pub mod wait;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -18,7 +23,8 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use slidegate::{MemcachedOptions, MemcachedStore};
+use slidegate::store::Store;
+use slidegate::{LimiterBuilder, MemcachedOptions, MemcachedStore};
 
 /// A memcached process on 127.0.0.1, killed when dropped (and, through
 /// PR_SET_PDEATHSIG, when the thread that started it ends, so a test
@@ -185,6 +191,15 @@ pub fn memcached_options(servers: Vec<String>) -> MemcachedOptions {
         timeout: Duration::from_millis(2_000),
         ..MemcachedOptions::default()
     }
+}
+
+/// A limiter that waits for its store as long as a loaded machine needs.
+/// The limiter's own default (50 ms) is for production: in a test on two
+/// busy cores a call can take longer, and a check that times out is
+/// decided by the failure mode, not the store the test asserts on. Only a
+/// test about the timeout itself sets a short one.
+pub fn patient_limiter<S: Store>(store: S) -> LimiterBuilder<S> {
+    slidegate::Limiter::builder(store).timeout(Duration::from_secs(2))
 }
 
 /// A store on the shared memcached, in a fresh namespace.

@@ -1,0 +1,112 @@
+//! Tools a test needs that are not Rust (nginx, Caddy, python's grpcio),
+//! and what happens when one cannot be had. A test that returns early
+//! passes, and `cargo test` hides what it printed: so a missing tool fails
+//! the test, under `CI=true` always, and elsewhere unless
+//! `SLIDEGATE_ALLOW_SKIP=1` says a skip is wanted (then it says so on
+//! stderr).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// `found`, or what to do without it: `None` (the caller returns, the test
+/// skipped, loudly) only when skips are allowed and this is not CI; a
+/// panic naming the tool and why otherwise.
+pub fn require<T>(test: &str, tool: &str, found: Result<T, String>) -> Option<T> {
+    let why = match found {
+        Ok(found) => return Some(found),
+        Err(why) => why,
+    };
+    let ci = std::env::var("CI").is_ok_and(|value| value == "true");
+    let allowed = std::env::var("SLIDEGATE_ALLOW_SKIP").is_ok_and(|value| value == "1");
+    assert!(
+        allowed && !ci,
+        "{test}: {tool} cannot be had ({why}); this test did not run. \
+         Install it, or (not under CI=true) set SLIDEGATE_ALLOW_SKIP=1 to skip it."
+    );
+    eprintln!("\n==== SKIPPED {test}: {tool} cannot be had ({why}); SLIDEGATE_ALLOW_SKIP=1 ====\n");
+    None
+}
+
+/// A Debian package's program, installed with apt-get when missing.
+pub fn debian(binary: &str, package: &str) -> Result<PathBuf, String> {
+    super::process::installed(binary, package)
+        .ok_or_else(|| format!("`apt-get install -y {package}` did not install {binary}"))
+}
+
+/// A python with `packages` importable (as `modules`): a virtual
+/// environment of the tests' own under `target/` (made once, reused by
+/// later runs), since Debian 12 and Ubuntu 24.04 refuse a bare
+/// `pip install` outside one (PEP 668). Returns its interpreter.
+pub fn python_with(packages: &[&str], modules: &str) -> Result<PathBuf, String> {
+    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("test-venv");
+    let python = venv.join("bin/python");
+    let importable = || {
+        Command::new(&python)
+            .args(["-c", &format!("import {modules}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success())
+    };
+    if importable() {
+        return Ok(python);
+    }
+    // One installer at a time across test binaries.
+    let lock = std::fs::File::create(std::env::temp_dir().join("slidegate-venv.lock"))
+        .map_err(|error| format!("lock: {error}"))?;
+    lock.lock().map_err(|error| format!("lock: {error}"))?;
+    if importable() {
+        return Ok(python);
+    }
+    if !python.is_file() {
+        make_venv(&venv)?;
+    }
+    let install = Command::new(&python)
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+        ])
+        .args(packages)
+        .output()
+        .map_err(|error| format!("cannot run {} -m pip: {error}", python.display()))?;
+    if !install.status.success() || !importable() {
+        return Err(format!(
+            "pip install {} in {} failed: {}",
+            packages.join(" "),
+            venv.display(),
+            String::from_utf8_lossy(&install.stderr)
+        ));
+    }
+    Ok(python)
+}
+
+/// `python3 -m venv`, installing Debian's python3-venv when the system
+/// python has no venv module (a pyenv or upstream python has it built in).
+fn make_venv(venv: &Path) -> Result<(), String> {
+    let create = || {
+        Command::new("python3")
+            .args(["-m", "venv", "--clear"])
+            .arg(venv)
+            .output()
+    };
+    match create() {
+        Ok(output) if output.status.success() => return Ok(()),
+        Ok(_) | Err(_) => {}
+    }
+    let _ = Command::new("apt-get")
+        .args(["install", "-y", "-q", "python3-venv"])
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .status();
+    match create() {
+        Ok(output) if output.status.success() => Ok(()),
+        Ok(output) => Err(format!(
+            "python3 -m venv {} failed: {}",
+            venv.display(),
+            String::from_utf8_lossy(&output.stderr)
+        )),
+        Err(error) => Err(format!("cannot run python3: {error}")),
+    }
+}
