@@ -6,7 +6,7 @@
 //!     bench/run.sh                                   # everything
 //!     cargo run --release --example bench -- --memcached 127.0.0.1:11211 \
 //!         [--slidegate target/release/slidegate] [--checks N] [--seconds S] \
-//!         [--memory-keys N] [--connections N] [--library-only]
+//!         [--memory-keys N] [--connections N] [--library-only] [--no-coalesce]
 //!
 //! Every phase is bounded by a number of checks and by time, and every
 //! address must be on loopback.
@@ -43,6 +43,8 @@ struct Args {
     callers: Vec<usize>,
     /// Only the distinct-keys memory phase.
     memory_only: bool,
+    /// Library phases with same-key coalescing off.
+    no_coalesce: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -56,6 +58,7 @@ fn parse_args() -> Result<Args, String> {
         library_only: false,
         callers: vec![1, 16, 64, 256],
         memory_only: false,
+        no_coalesce: false,
     };
     let mut given = std::env::args().skip(1);
     while let Some(flag) = given.next() {
@@ -74,6 +77,7 @@ fn parse_args() -> Result<Args, String> {
             }
             "--library-only" => args.library_only = true,
             "--memory-only" => args.memory_only = true,
+            "--no-coalesce" => args.no_coalesce = true,
             "--callers" => {
                 args.callers = value()?
                     .split(',')
@@ -151,7 +155,11 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         connections: args.connections,
         ..MemcachedOptions::default()
     };
-    let limiter = Arc::new(Limiter::new(MemcachedStore::connect(&options).await?));
+    let limiter = Arc::new(
+        Limiter::builder(MemcachedStore::connect(&options).await?)
+            .coalesce(!args.no_coalesce)
+            .build(),
+    );
     let roomy = Arc::new(Policy::new(
         "bench",
         vec![Limit::new(1_000_000_000_000, 60_000, 1)?],
