@@ -101,7 +101,7 @@ pub struct Limiter<S> {
     near_cache: NearCache,
     timeout: Duration,
     failure_mode: FailureMode,
-    max_counters: usize,
+    max_counters: std::sync::atomic::AtomicUsize,
     local: MemoryStore,
     metrics: Metrics,
     store_healthy: AtomicBool,
@@ -195,7 +195,7 @@ impl<S: Store> LimiterBuilder<S> {
                 .with_revalidate(self.near_cache_revalidate),
             timeout: self.timeout,
             failure_mode: self.failure_mode,
-            max_counters: self.max_counters,
+            max_counters: std::sync::atomic::AtomicUsize::new(self.max_counters),
             local: MemoryStore::with_capacity(self.local_capacity),
             metrics: Metrics::default(),
             store_healthy: AtomicBool::new(true),
@@ -290,6 +290,18 @@ impl<S: Store> Limiter<S> {
         self.failure_mode
     }
 
+    /// The most counters one check's policy may touch now.
+    pub fn max_counters(&self) -> usize {
+        self.max_counters.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Change [`max_counters`](Self::max_counters) while serving (a reload):
+    /// checks from now on are held to the new bound.
+    pub fn set_max_counters(&self, max_counters: usize) {
+        self.max_counters
+            .store(max_counters, std::sync::atomic::Ordering::Relaxed);
+    }
+
     pub fn store(&self) -> &S {
         &self.store
     }
@@ -321,7 +333,7 @@ impl<S: Store> Limiter<S> {
         cost: u64,
         mut counting: Counting,
     ) -> Result<Decision, CheckError> {
-        validate(key, policy, cost, self.max_counters)?;
+        validate(key, policy, cost, self.max_counters())?;
         let deadline = Deadline::after(self.timeout);
         // A check that can never pass must not be counted, even for the
         // instant before its rollback: answer it as a peek.

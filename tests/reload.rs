@@ -400,8 +400,6 @@ tls_server_name = "cache.internal"
 capacity = 10
 max_bytes = 2000000
 revalidate_ms = 250
-[limits]
-max_counters = 32
 [failure]
 mode = "local"
 [rls]
@@ -543,4 +541,29 @@ async fn a_request_in_flight_finishes_under_the_policies_it_started_with() {
     assert_eq!(answered.json()["limits"][0]["window_ms"], 3_600_000);
     let after = check(addr, "api").await;
     assert_eq!(after.header("ratelimit-policy"), Some("\"api\";q=5;w=60"));
+}
+
+/// `limits.max_counters` raised in a reload, with a policy that needs the
+/// new bound: the policy serves at once. Before, the file was checked
+/// against the new bound but the limiter kept the old one, so the reload
+/// succeeded and every check of the new policy was a 400.
+#[tokio::test]
+async fn a_raised_max_counters_applies_with_the_policies_that_need_it() {
+    let dir = process::temp_dir("slidegate-max-counters");
+    let config = dir.join("slidegate.toml");
+    let off = POLICIES_V1.replace("watch_ms = 100", "watch_ms = 0");
+    std::fs::write(&config, format!("{off}\n[limits]\nmax_counters = 16\n")).unwrap();
+    let (daemon, addr) = start(&config, &dir);
+    // 1 limit at precision 100: 101 counters.
+    let wide = "[policies.wide]\nlimits = [{ limit = 5, window = \"100s\", precision = 100 }]\n";
+    std::fs::write(
+        &config,
+        format!("{off}\n[limits]\nmax_counters = 128\n{wide}"),
+    )
+    .unwrap();
+    hang_up(&daemon);
+    reloaded(addr, 1.0).await;
+    let answer = check(addr, "wide").await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert!(!daemon.log().contains("restart needed"), "{}", daemon.log());
 }

@@ -55,6 +55,7 @@ pub const APPLIED_LIVE: &[&str] = &[
     "server.api_tokens_file",
     "server.metrics_need_token",
     "reload.watch_ms",
+    "limits.max_counters",
     "rlqs.assignment_ttl",
     "rlqs.abandon_after",
     "rlqs.unmatched",
@@ -85,7 +86,6 @@ pub const RESTART_ONLY: &[&str] = &[
     "near_cache.capacity",
     "near_cache.max_bytes",
     "near_cache.revalidate_ms",
-    "limits.max_counters",
     "failure.mode",
     "rls.listen",
     "rls.config",
@@ -218,7 +218,8 @@ pub fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'static str>
         near_cache_capacity,
         near_cache_max_bytes,
         near_cache_revalidate,
-        max_counters,
+        // Applied live: the policies of the same file were checked against it.
+        max_counters: _,
         failure_mode,
         policies: _,
         auth: _,
@@ -290,7 +291,6 @@ pub fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'static str>
             "near_cache.revalidate_ms",
             *near_cache_revalidate != new.near_cache_revalidate,
         ),
-        ("limits.max_counters", *max_counters != new.max_counters),
         ("failure.mode", *failure_mode != new.failure_mode),
         ("rls.listen", *rls_listen != new.rls_listen),
         ("rls.config", *rls_config != new.rls_config),
@@ -384,8 +384,6 @@ tls_server_name = "cache.example"
 capacity = 7
 max_bytes = 1000000
 revalidate_ms = 250
-[limits]
-max_counters = 64
 [failure]
 mode = "deny"
 [rls]
@@ -426,6 +424,8 @@ source = "memcached"
             r#"
 [reload]
 watch_ms = 0
+[limits]
+max_counters = 64
 [server]
 max_connections = 5
 api_tokens = ["listed-token-0123456789"]

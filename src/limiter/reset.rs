@@ -10,7 +10,7 @@ impl<S: Store> Limiter<S> {
     /// failure mode `local`'s counters, and this instance's near-cache).
     /// Returns how many counters the store held.
     pub async fn reset(&self, key: &str, policy: &Policy) -> Result<usize, CheckError> {
-        validate(key, policy, 1, self.max_counters)?;
+        validate(key, policy, 1, self.max_counters())?;
         let digest = KeyDigest::of(policy.scope(), key);
         let now_ms = self.clock.now_ms();
         let counters = reset_counters(digest, policy, now_ms);

@@ -42,7 +42,7 @@ impl<S: Store> Limiter<S> {
     /// the same way on this process's counters.
     pub async fn check_all(&self, items: &[Item<'_>]) -> Result<Vec<Decision>, CheckError> {
         for item in items {
-            validate(item.key, item.policy, item.cost, self.max_counters)?;
+            validate(item.key, item.policy, item.cost, self.max_counters())?;
         }
         let deadline = Deadline::after(self.timeout);
         let mut now_ms = self.clock.now_ms();

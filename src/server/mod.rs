@@ -166,6 +166,8 @@ impl App {
     /// [`apply`](Self::apply) what a configuration says, its exemptions
     /// included, as one swap: a request sees all of it or none.
     pub fn apply_config(&self, config: &Config) {
+        // The bound first: the new policies were checked against it.
+        self.limiter.set_max_counters(config.max_counters);
         self.swap_live(Self::live_of(
             &self.limiter,
             config.policies.values().cloned(),
