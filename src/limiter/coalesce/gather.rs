@@ -1,0 +1,244 @@
+//! Gathering: which keys have an exchange in flight, the checks waiting
+//! behind each, and how the lead passes from one batch to the next, so
+//! that no batch is ever stranded and no answer that says "counted" is
+//! lost unread.
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::BuildHasher;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use tokio::sync::oneshot;
+
+use super::super::{CheckError, Decision};
+use super::Arrival;
+use crate::near_cache::NearKey;
+use crate::window::Counting;
+
+/// The most checks one exchange decides.
+pub(crate) const MAX_BATCH: usize = 256;
+/// Independent locks over the keys in flight, so checks of different keys
+/// rarely meet on one.
+const SHARDS: usize = 32;
+
+/// What a gathered check is told.
+pub(super) enum Turn {
+    /// Its answer, and the take-back of its cost if it was counted and the
+    /// answer is dropped unread.
+    Decided(Result<Decision, CheckError>, Counted),
+    /// Run the next exchange, for itself (first) and the others it holds.
+    Lead(HandOff),
+}
+
+/// A counted answer on its way to its check. The leader has counted it as
+/// told; if the check's caller drops it unread (its own timeout fired just
+/// as the answer was sent), its cost is taken back then, as the store's
+/// connections do for an outcome nobody claims.
+pub(super) struct Counted(Option<Box<dyn FnOnce() + Send>>);
+
+impl Counted {
+    pub(super) const NOTHING: Counted = Counted(None);
+
+    /// An answer whose cost `take_back` takes back if it is dropped unread.
+    pub(super) fn taking_back(take_back: impl FnOnce() + Send + 'static) -> Counted {
+        Counted(Some(Box::new(take_back)))
+    }
+
+    /// The answer was read: its count stands.
+    pub(super) fn claim(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        if let Some(take_back) = self.0.take() {
+            take_back();
+        }
+    }
+}
+
+/// The lead of a key's next batch, on its way to the check that runs it.
+/// Dropped untaken (that check's caller gave up before it read its turn),
+/// it passes itself on, so a key is never left marked in flight with no
+/// one to run it.
+pub(super) struct HandOff {
+    shards: Arc<Shards>,
+    key: InFlight,
+    others: Option<Vec<Member>>,
+}
+
+impl HandOff {
+    /// The batch's other checks, for the new leader to run.
+    pub(super) fn take(mut self) -> Vec<Member> {
+        self.others.take().unwrap_or_default()
+    }
+}
+
+impl Drop for HandOff {
+    fn drop(&mut self) {
+        if let Some(others) = self.others.take() {
+            pass_on(&self.shards, self.key, others);
+        }
+    }
+}
+
+/// A check waiting for its batch's exchange.
+pub(super) struct Member {
+    pub cost: u64,
+    reply: oneshot::Sender<Turn>,
+}
+
+impl Member {
+    /// Whether its caller still waits.
+    pub fn waiting(&self) -> bool {
+        !self.reply.is_closed()
+    }
+
+    /// Hand it its answer. False when its caller stopped waiting: then
+    /// nothing of the answer was taken, and the leader accounts for it.
+    pub fn answer(self, result: Result<Decision, CheckError>, counted: Counted) -> bool {
+        match self.reply.send(Turn::Decided(result, counted)) {
+            Ok(()) => true,
+            Err(Turn::Decided(_, counted)) => {
+                counted.claim();
+                false
+            }
+            Err(Turn::Lead(_)) => false,
+        }
+    }
+}
+
+/// A key in flight: whose checks, and which kind (checks, peeks and
+/// reports gather apart).
+type InFlight = (NearKey, Counting);
+/// The keys in flight behind one lock, each with the checks gathered.
+type Shard = HashMap<InFlight, VecDeque<Member>>;
+
+/// Which exchanges are in flight, and the checks gathered behind each.
+#[derive(Default)]
+pub(in crate::limiter) struct Coalescer {
+    shards: Arc<Shards>,
+}
+
+/// The keys in flight, spread over independent locks.
+struct Shards {
+    locks: Box<[Mutex<Shard>]>,
+    hasher: std::collections::hash_map::RandomState,
+}
+
+/// What [`Coalescer::join`] found.
+pub(super) enum Joined {
+    /// Nothing in flight for the key: go now, and lead.
+    Lead,
+    /// Wait for the turn.
+    Wait(oneshot::Receiver<Turn>),
+}
+
+impl Default for Shards {
+    fn default() -> Shards {
+        Shards {
+            locks: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            hasher: std::collections::hash_map::RandomState::new(),
+        }
+    }
+}
+
+impl Shards {
+    fn shard(&self, key: &InFlight) -> std::sync::MutexGuard<'_, Shard> {
+        let index = (self.hasher.hash_one(key) as usize) % self.locks.len();
+        self.locks[index]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Coalescer {
+    /// A check of `key` arrives: it leads when nothing is in flight,
+    /// otherwise it waits behind the exchange in flight.
+    pub(super) fn join(&self, key: InFlight, cost: u64) -> Joined {
+        let mut shard = self.shards.shard(&key);
+        match shard.get_mut(&key) {
+            Some(waiting) => {
+                let (reply, turn) = oneshot::channel();
+                waiting.push_back(Member { cost, reply });
+                Joined::Wait(turn)
+            }
+            None => {
+                shard.insert(key, VecDeque::new());
+                Joined::Lead
+            }
+        }
+    }
+
+    /// The exchange for `key` is over: hand the lead on (see [`pass_on`]).
+    pub(super) fn pass_on(&self, key: InFlight, left: Vec<Member>) {
+        pass_on(&self.shards, key, left);
+    }
+}
+
+/// Hand the lead of `key` to the next batch (`left`, the rest of a batch
+/// whose leader gave up, first; then the checks gathered meanwhile), or
+/// mark nothing in flight.
+fn pass_on(shards: &Arc<Shards>, key: InFlight, mut left: Vec<Member>) {
+    loop {
+        if left.is_empty() {
+            let mut shard = shards.shard(&key);
+            let Some(waiting) = shard.get_mut(&key) else {
+                return;
+            };
+            if waiting.is_empty() {
+                shard.remove(&key);
+                return;
+            }
+            let take = waiting.len().min(MAX_BATCH);
+            left = waiting.drain(..take).collect();
+        }
+        let mut members = left.drain(..);
+        let Some(next) = members.next() else {
+            continue;
+        };
+        let hand_off = HandOff {
+            shards: shards.clone(),
+            key,
+            others: Some(members.collect()),
+        };
+        match next.reply.send(Turn::Lead(hand_off)) {
+            Ok(()) => return,
+            // Its caller is gone: the next one leads.
+            Err(Turn::Lead(hand_off)) => left = hand_off.take(),
+            Err(Turn::Decided(_, counted)) => {
+                counted.claim();
+                return;
+            }
+        }
+    }
+}
+
+/// A leader's hold on its key's turn: dropped before the batch is decided
+/// (its caller gave up), it passes the lead to the batch's other checks.
+pub(in crate::limiter) struct Lead<'a> {
+    /// `None` for a check decided alone (coalescing off).
+    pub(super) coalescer: Option<&'a Coalescer>,
+    pub(super) key: InFlight,
+    /// The other checks of the batch, until they are answered.
+    pub(super) others: Vec<Member>,
+}
+
+impl Lead<'_> {
+    /// A batch of one, with no turn to pass on.
+    pub(in crate::limiter) fn alone(arrival: Arrival) -> Lead<'static> {
+        Lead {
+            coalescer: None,
+            key: (arrival.near_key, arrival.counting),
+            others: Vec::new(),
+        }
+    }
+}
+
+impl Drop for Lead<'_> {
+    fn drop(&mut self) {
+        if let Some(coalescer) = self.coalescer {
+            coalescer.pass_on(self.key, std::mem::take(&mut self.others));
+        }
+    }
+}
