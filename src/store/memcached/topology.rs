@@ -1,0 +1,206 @@
+//! The nodes in use: the topology that routing reads whole and discovery
+//! swaps whole, and what the metrics and `/readyz` are told of it.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
+
+use super::conn::{ConnectionStates, Node, Settings, Target};
+use super::dial::Dialer;
+use super::discovery::{ClusterConfig, PollResult};
+use super::route;
+
+/// The nodes in use, in one consistent piece: routing reads it whole.
+pub(crate) struct Topology {
+    pub(super) nodes: Vec<Arc<Node>>,
+    /// Each node's identity (`host:port`), in `nodes` order.
+    pub(super) names: Vec<String>,
+    /// Each node's part of the rendezvous score, in `nodes` order.
+    pub(super) node_hashes: Vec<u64>,
+    /// The cluster config version it came from (discovery only).
+    pub(super) version: Option<u64>,
+}
+
+impl Topology {
+    pub(super) fn empty() -> Topology {
+        Topology {
+            nodes: Vec::new(),
+            names: Vec::new(),
+            node_hashes: Vec::new(),
+            version: None,
+        }
+    }
+
+    pub(super) fn of_servers(
+        servers: &[String],
+        dialer: &Arc<Dialer>,
+        settings: &Arc<Settings>,
+    ) -> Topology {
+        let mut topology = Topology::empty();
+        for server in servers {
+            let target = Target {
+                addr: server.clone(),
+                server_name: None,
+            };
+            topology.push(
+                server.clone(),
+                Node::spawn(target, settings.clone(), dialer.clone()).into(),
+            );
+        }
+        topology
+    }
+
+    /// The topology of `config`: nodes it keeps stay as they are (their
+    /// connections and in-flight requests untouched), new ones are dialled,
+    /// and removed ones close once their last caller is done with them.
+    pub(super) fn following(
+        current: &Topology,
+        config: &ClusterConfig,
+        dialer: &Arc<Dialer>,
+        settings: &Arc<Settings>,
+    ) -> Topology {
+        let mut next = Topology::empty();
+        next.version = Some(config.version);
+        for entry in &config.nodes {
+            let name = entry.name();
+            if next.names.contains(&name) {
+                continue;
+            }
+            let target = Target {
+                addr: entry.dial_addr(),
+                server_name: Some(entry.server_name().to_owned()),
+            };
+            let known = current.names.iter().position(|known| *known == name);
+            let node = match known.map(|at| &current.nodes[at]) {
+                Some(node) if *node.target() == target => node.clone(),
+                // Replaced by ElastiCache: same name (so the same share of
+                // keys), new address. The old connections close once their
+                // last caller is done with them.
+                Some(node) => {
+                    tracing::warn!(node = %name, from = %node.target().addr, to = %target.addr, "memcached node moved; dialling its new address");
+                    Arc::new(node.moved(target, settings.clone(), dialer.clone()))
+                }
+                None => Arc::new(Node::spawn(target, settings.clone(), dialer.clone())),
+            };
+            next.push(name, node);
+        }
+        next
+    }
+
+    pub(super) fn push(&mut self, name: String, node: Arc<Node>) {
+        self.node_hashes.push(route::node_hash(&name));
+        self.names.push(name);
+        self.nodes.push(node);
+    }
+}
+
+/// The topology in use, swapped whole when discovery finds a newer one.
+pub(crate) struct TopologyCell {
+    pub(super) current: RwLock<Arc<Topology>>,
+    pub(super) dialer: Arc<Dialer>,
+    pub(super) settings: Arc<Settings>,
+    pub(super) status: DiscoveryStatus,
+}
+
+impl TopologyCell {
+    pub(super) fn load(&self) -> Arc<Topology> {
+        self.current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    pub(super) fn store(&self, topology: Topology) {
+        *self.current.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(topology);
+    }
+}
+
+/// Discovery's counters, for the metrics.
+#[derive(Default)]
+pub(crate) struct DiscoveryStatus {
+    pub(super) polls: [AtomicU64; 4],
+}
+
+impl DiscoveryStatus {
+    pub(super) fn poll(&self, result: PollResult) {
+        self.polls[result as usize].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// What the store is connected to now, for the metrics and `/readyz`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopologySnapshot {
+    pub nodes: Vec<NodeSnapshot>,
+    /// The cluster config version in use (discovery only).
+    pub version: Option<u64>,
+    /// Discovery polls by result (`applied`, `ignored`, `malformed`,
+    /// `failed`).
+    pub polls: Vec<(&'static str, u64)>,
+    pub tls: bool,
+    /// TLS handshakes that failed, the discovery endpoint's included.
+    pub tls_failures: u64,
+}
+
+/// One node's connections.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeSnapshot {
+    /// `host:port`, from the configuration or the cluster config.
+    pub name: String,
+    /// Where its connections are dialled (the address discovery gave).
+    pub addr: String,
+    /// Its connections by state (ready, overdue, down).
+    pub states: ConnectionStates,
+    /// Its redials by reason (`failed`, `stalled`, `overdue`, `moved`).
+    pub redials: Vec<(&'static str, u64)>,
+}
+
+impl NodeSnapshot {
+    /// Connections up now, ready or overdue.
+    pub fn live(&self) -> usize {
+        self.states.ready + self.states.overdue
+    }
+}
+
+/// A handle on the store's topology that outlives borrowing the store:
+/// what a metrics collector reads at each scrape.
+#[derive(Clone)]
+pub struct TopologySource(pub(super) Arc<TopologyCell>);
+
+impl std::fmt::Debug for TopologySource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("TopologySource")
+            .field(&self.snapshot())
+            .finish()
+    }
+}
+
+impl TopologySource {
+    pub fn snapshot(&self) -> TopologySnapshot {
+        let cell = &self.0;
+        let topology = cell.load();
+        TopologySnapshot {
+            nodes: topology
+                .names
+                .iter()
+                .zip(&topology.nodes)
+                .map(|(name, node)| NodeSnapshot {
+                    name: name.clone(),
+                    addr: node.target().addr.clone(),
+                    states: node.connection_states(),
+                    redials: node.redials().to_vec(),
+                })
+                .collect(),
+            version: topology.version,
+            polls: PollResult::ALL
+                .iter()
+                .map(|result| {
+                    (
+                        result.as_str(),
+                        cell.status.polls[*result as usize].load(Ordering::Relaxed),
+                    )
+                })
+                .collect(),
+            tls: cell.dialer.is_tls(),
+            tls_failures: cell.dialer.tls_failures(),
+        }
+    }
+}
