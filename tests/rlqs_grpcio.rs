@@ -4,61 +4,20 @@
 //! (tests/rlqs_grpcio/envoy_like.py) checks first answers, unmatched
 //! buckets and bad input, then plays two Envoys at 2.7 x a limit.
 //!
-//! Python tools live in a venv this test creates under target/
-//! (target/test-venv-rlqs), with `grpcio grpcio-tools` from pip. Without
-//! python3 or pip the test says SKIPPED loudly, and under `CI=true` fails.
+//! Python tools live in the tests' venv under target/ (tests/common/tools.rs,
+//! shared with tests/rls_grpcio.rs). A tool that cannot be had fails the
+//! test, unless SLIDEGATE_ALLOW_SKIP=1 outside CI.
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::time::Duration;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 /// A small limit in a short window: the script runs in real time.
 const LIMIT: u32 = 30;
 const WINDOW_S: u32 = 3;
-
-/// The venv's python, with grpcio and grpcio-tools installed.
-fn python() -> Result<PathBuf, String> {
-    let venv = Path::new(ROOT).join("target/test-venv-rlqs");
-    let python = venv.join("bin/python3");
-    let importable = || {
-        Command::new(&python)
-            .args(["-c", "import grpc, grpc_tools.protoc"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|status| status.success())
-    };
-    if importable() {
-        return Ok(python);
-    }
-    let run = |program: &Path, args: &[&str]| -> Result<(), String> {
-        let output = Command::new(program)
-            .args(args)
-            .output()
-            .map_err(|error| format!("cannot run {}: {error}", program.display()))?;
-        if output.status.success() {
-            Ok(())
-        } else {
-            Err(String::from_utf8_lossy(&output.stderr).into_owned())
-        }
-    };
-    run(
-        Path::new("python3"),
-        &["-m", "venv", &venv.display().to_string()],
-    )?;
-    run(
-        &python,
-        &["-m", "pip", "install", "--quiet", "grpcio", "grpcio-tools"],
-    )?;
-    if importable() {
-        Ok(python)
-    } else {
-        Err("grpcio installed but not importable".to_owned())
-    }
-}
 
 fn generate_stubs(python: &Path, out: &Path) {
     let well_known = Command::new(python)
@@ -113,15 +72,10 @@ fn start_slidegate(dir: &Path, memcached: &str) -> (common::process::Logged, Str
 
 #[test]
 fn grpcio_plays_envoy_against_the_binary() {
-    let python = match python() {
-        Ok(python) => python,
-        Err(reason) if std::env::var("CI").as_deref() == Ok("true") => {
-            panic!("python3 with grpcio is required under CI: {reason}")
-        }
-        Err(reason) => {
-            eprintln!("SKIPPED grpcio_plays_envoy_against_the_binary: {reason}");
-            return;
-        }
+    let found = common::tools::python_with(&["grpcio", "grpcio-tools"], "grpc, grpc_tools.protoc");
+    let test = "grpcio_plays_envoy_against_the_binary";
+    let Some(python) = common::tools::require(test, "python grpcio", found) else {
+        return;
     };
     let dir = std::env::temp_dir().join(format!("slidegate-rlqs-grpcio-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
