@@ -16,10 +16,14 @@ use common::proxy::CountingProxy;
 use slidegate::store::Store;
 use slidegate::{CheckError, FailureMode, Limit, Limiter, MemcachedStore, Policy, Source};
 
-/// The call timeout the scenario is about (the default).
+/// The call timeout the endless stall is run at (the default).
 const TIMEOUT: Duration = Duration::from_millis(50);
-/// How late the stalling proxy sends each reply.
-const STALL_MS: u64 = 200;
+/// The report's scenario (a 200 ms stall, a 50 ms timeout) at 4 times the
+/// scale: the same stall past the timeout, and a busy machine's scheduling
+/// (tens of ms beside stress-ng) cannot by itself time a check out.
+const RECOVERY_TIMEOUT: Duration = Duration::from_millis(200);
+/// How late the stalling proxy sends each reply in the recovery scenario.
+const STALL_MS: u64 = 800;
 /// The endless stall's delay: long, so that a check that waited for a
 /// late reply stands out from one answered at the timeout on a busy
 /// machine, yet under the 1 s after which a connection counts as stalled.
@@ -29,9 +33,13 @@ fn per_minute(limit: u64) -> Arc<Policy> {
     Arc::new(Policy::new("api", vec![Limit::new(limit, 60_000, 1).unwrap()]).unwrap())
 }
 
-async fn store_behind(proxy: &CountingProxy, connections: usize) -> Arc<MemcachedStore> {
+async fn store_behind(
+    proxy: &CountingProxy,
+    connections: usize,
+    timeout: Duration,
+) -> Arc<MemcachedStore> {
     let mut options = common::memcached_options(vec![proxy.addr.clone()]);
-    options.timeout = TIMEOUT;
+    options.timeout = timeout;
     options.connections = connections;
     let store = Arc::new(MemcachedStore::connect(&options).await.unwrap());
     // Every configured connection up, so the stall reaches all of them.
@@ -56,16 +64,17 @@ fn source_of(outcome: &Result<slidegate::Decision, CheckError>) -> (Source, bool
     }
 }
 
-/// The scenario of the report: 50 checks fall back during a 200 ms stall;
+/// The scenario of the report (at 4 times its scale, see
+/// [`RECOVERY_TIMEOUT`]): 50 checks fall back during a stall;
 /// the delay goes back to 0; then 10 sequential checks of a fresh key with
 /// a limit of 5 are all decided by the store: exactly 5 admitted.
 async fn recovers_at_once(connections: usize, mode: FailureMode) {
     let memcached = Memcached::start();
     let proxy = CountingProxy::start(memcached.addr()).await;
-    let store = store_behind(&proxy, connections).await;
+    let store = store_behind(&proxy, connections, RECOVERY_TIMEOUT).await;
     let limiter = Arc::new(
         Limiter::builder(store.clone())
-            .timeout(TIMEOUT)
+            .timeout(RECOVERY_TIMEOUT)
             .failure_mode(mode)
             .build(),
     );
@@ -149,7 +158,7 @@ async fn an_endless_stall_answers_in_time_with_bounded_connections_and_memory() 
     const CHECKS_EACH: usize = 125;
     let memcached = Memcached::start();
     let proxy = Arc::new(CountingProxy::start(memcached.addr()).await);
-    let store = store_behind(&proxy, CONNECTIONS).await;
+    let store = store_behind(&proxy, CONNECTIONS, TIMEOUT).await;
     let limiter = Arc::new(Limiter::builder(store.clone()).timeout(TIMEOUT).build());
     let policy = per_minute(1_000_000);
     proxy.delay_replies(ENDLESS_STALL_MS);
