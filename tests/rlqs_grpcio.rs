@@ -20,32 +20,15 @@ const LIMIT: u32 = 30;
 const WINDOW_S: u32 = 3;
 
 fn generate_stubs(python: &Path, out: &Path) {
-    let well_known = Command::new(python)
-        .args([
-            "-c",
-            "import grpc_tools, os; print(os.path.join(os.path.dirname(grpc_tools.__file__), '_proto'))",
-        ])
-        .output()
-        .expect("python runs");
-    let well_known = String::from_utf8(well_known.stdout).unwrap();
-    let output = Command::new(python)
-        .args(["-m", "grpc_tools.protoc"])
-        .arg(format!("-I{}", Path::new(ROOT).join("proto").display()))
-        .arg(format!("-I{}", well_known.trim()))
-        .arg(format!("--python_out={}", out.display()))
-        .arg(format!("--grpc_python_out={}", out.display()))
-        .args([
+    common::tools::grpc_python_stubs(
+        python,
+        out,
+        &[
             "envoy/service/rate_limit_quota/v3/rlqs.proto",
             "envoy/type/v3/ratelimit_strategy.proto",
             "envoy/type/v3/ratelimit_unit.proto",
             "envoy/type/v3/token_bucket.proto",
-        ])
-        .output()
-        .expect("grpc_tools.protoc runs");
-    assert!(
-        output.status.success(),
-        "grpc_tools.protoc failed: {}",
-        String::from_utf8_lossy(&output.stderr)
+        ],
     );
 }
 

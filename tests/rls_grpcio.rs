@@ -23,36 +23,16 @@ use common::tools;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
-/// Generate the Python stubs of the vendored protos into `out`.
 fn generate_stubs(python: &Path, out: &Path) {
-    let well_known = Command::new(python)
-        .args([
-            "-c",
-            "import grpc_tools, os; print(os.path.join(os.path.dirname(grpc_tools.__file__), '_proto'))",
-        ])
-        .output()
-        .expect("python runs");
-    let well_known = String::from_utf8(well_known.stdout).unwrap();
-    let protos = Path::new(ROOT).join("proto");
-    let files = [
-        "envoy/service/ratelimit/v3/rls.proto",
-        "envoy/extensions/common/ratelimit/v3/ratelimit.proto",
-        "envoy/type/v3/ratelimit_unit.proto",
-        "envoy/config/core/v3/base.proto",
-    ];
-    let output = Command::new(python)
-        .args(["-m", "grpc_tools.protoc"])
-        .arg(format!("-I{}", protos.display()))
-        .arg(format!("-I{}", well_known.trim()))
-        .arg(format!("--python_out={}", out.display()))
-        .arg(format!("--grpc_python_out={}", out.display()))
-        .args(files)
-        .output()
-        .expect("grpc_tools.protoc runs");
-    assert!(
-        output.status.success(),
-        "grpc_tools.protoc failed: {}",
-        String::from_utf8_lossy(&output.stderr)
+    common::tools::grpc_python_stubs(
+        python,
+        out,
+        &[
+            "envoy/service/ratelimit/v3/rls.proto",
+            "envoy/extensions/common/ratelimit/v3/ratelimit.proto",
+            "envoy/type/v3/ratelimit_unit.proto",
+            "envoy/config/core/v3/base.proto",
+        ],
     );
 }
 

@@ -110,3 +110,33 @@ fn make_venv(venv: &Path) -> Result<(), String> {
         Err(error) => Err(format!("cannot run python3: {error}")),
     }
 }
+
+/// Generate the Python gRPC stubs of `files` (paths under the vendored
+/// `proto/`) into `out`, with `python`'s grpcio-tools and the well-known
+/// types that ship with it.
+#[allow(dead_code)]
+pub fn grpc_python_stubs(python: &Path, out: &Path, files: &[&str]) {
+    let well_known = Command::new(python)
+        .args([
+            "-c",
+            "import grpc_tools, os; print(os.path.join(os.path.dirname(grpc_tools.__file__), '_proto'))",
+        ])
+        .output()
+        .expect("python runs");
+    let well_known = String::from_utf8(well_known.stdout).expect("a path");
+    let protos = Path::new(env!("CARGO_MANIFEST_DIR")).join("proto");
+    let output = Command::new(python)
+        .args(["-m", "grpc_tools.protoc"])
+        .arg(format!("-I{}", protos.display()))
+        .arg(format!("-I{}", well_known.trim()))
+        .arg(format!("--python_out={}", out.display()))
+        .arg(format!("--grpc_python_out={}", out.display()))
+        .args(files)
+        .output()
+        .expect("grpc_tools.protoc runs");
+    assert!(
+        output.status.success(),
+        "grpc_tools.protoc failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
