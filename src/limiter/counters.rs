@@ -5,7 +5,7 @@
 
 use smallvec::SmallVec;
 
-use crate::policy::Limit;
+use crate::policy::{Limit, Policy};
 use crate::store::{BatchCounts, CounterBatch, CounterKey, Counters, KeyDigest};
 use crate::window::Counting;
 
@@ -39,6 +39,15 @@ pub(super) fn layout(digest: KeyDigest, limit: &Limit, now_ms: u64) -> Layout {
         older,
         current: counter(current),
     }
+}
+
+/// The layout of every limit of `policy` at `now_ms`, in the policy's order.
+pub(super) fn layouts(digest: KeyDigest, policy: &Policy, now_ms: u64) -> Vec<Layout> {
+    policy
+        .limits()
+        .iter()
+        .map(|limit| layout(digest, limit, now_ms))
+        .collect()
 }
 
 impl Layout {

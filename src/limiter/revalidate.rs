@@ -55,11 +55,7 @@ impl<S: Store> Limiter<S> {
         now_ms: u64,
         deadline: Deadline,
     ) -> Reread {
-        let layouts: Vec<Layout> = policy
-            .limits()
-            .iter()
-            .map(|limit| layout(digest, limit, now_ms))
-            .collect();
+        let layouts = counters::layouts(digest, policy, now_ms);
         let batch = counters::batch(&layouts, cost, Counting::Never, now_ms);
         let Ok(found) = self.timed(deadline, self.store.read_and_add(&batch)).await else {
             return Reread::StoreFailed;

@@ -48,7 +48,7 @@ pub(in crate::limiter) use self::gather::{Coalescer, Lead};
 use self::gather::{Counted, Joined, Member, Turn};
 use self::order::decide_in_order;
 use super::boundary::{self, Crossing};
-use super::counters::{self, Layout, layout};
+use super::counters;
 use super::deadline::Deadline;
 use super::{CheckError, Decision, Limiter, Source};
 use crate::near_cache::NearKey;
@@ -175,11 +175,7 @@ impl<S: Store> Limiter<S> {
                 Counting::Never => 0,
                 Counting::IfAdmitted | Counting::Always => costs.iter().sum(),
             };
-            let layouts: Vec<Layout> = policy
-                .limits()
-                .iter()
-                .map(|limit| layout(digest, limit, now_ms))
-                .collect();
+            let layouts = counters::layouts(digest, policy, now_ms);
             let batch = counters::batch(&layouts, adding, counting, now_ms);
             let counts = match self.timed(deadline, self.store.read_and_add(&batch)).await {
                 Ok(found) => counters::counts_before(&layouts, &batch, found),
@@ -331,11 +327,7 @@ impl<S: Store> Limiter<S> {
         check: Arrival,
     ) -> Result<Decision, CheckError> {
         let now_ms = check.now_ms;
-        let layouts: Vec<Layout> = policy
-            .limits()
-            .iter()
-            .map(|limit| layout(check.digest, limit, now_ms))
-            .collect();
+        let layouts = counters::layouts(check.digest, policy, now_ms);
         let batch = counters::batch(&layouts, check.cost, check.counting, now_ms);
         self.fall_back(error, policy, &layouts, &batch, check.counting, now_ms)
             .await
