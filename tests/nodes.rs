@@ -6,7 +6,7 @@ mod common;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::Memcached;
 use common::proxy::CountingProxy;
@@ -220,19 +220,13 @@ async fn readyz_until(
     what: &str,
     done: impl Fn(u16, &serde_json::Value) -> bool,
 ) -> serde_json::Value {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    let body = common::wait::until(what, Duration::from_secs(10), || async {
         let response = common::http::get(addr, "/readyz").await;
         let body = response.json();
-        if done(response.status, &body) {
-            let ready = body["status"] == "ready";
-            assert_eq!(response.status == 200, ready, "{body}");
-            return body;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{what}: not within 10 s; last {body}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        done(response.status, &body).then_some((response.status, body))
+    })
+    .await;
+    let (status, body) = body;
+    assert_eq!(status == 200, body["status"] == "ready", "{body}");
+    body
 }
