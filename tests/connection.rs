@@ -130,10 +130,13 @@ async fn random_timeouts_leave_exact_counts() {
     let admitted = admitted_by_store.load(Ordering::SeqCst);
     let [store_admitted, store_rejected, fallback, abandoned] =
         outcomes.each_ref().map(|n| n.load(Ordering::Relaxed));
+    let rollback_failures: u64 = limiters.iter().map(|l| l.metrics().rollback_failures).sum();
+    let redials = store.topology().nodes[0].redials.clone();
     println!(
         "{CHECKS} checks: {store_admitted} admitted and {store_rejected} rejected by the store, \
          {fallback} decided by the failure mode after the limiter's timeout, {abandoned} abandoned \
-         by their callers; memcached counts {counted}"
+         by their callers; memcached counts {counted}; rollback failures {rollback_failures}; \
+         redials {redials:?}"
     );
     assert_eq!(counted, admitted);
     assert!(
@@ -289,4 +292,48 @@ async fn late_replies_are_dropped_in_order() {
             );
         }
     }
+}
+
+/// A refused check whose take-back never reaches memcached leaves its cost
+/// counted, as the README says ("a rollback that fails leaves the refused
+/// request's cost counted until its bucket expires"): the limiter neither
+/// retries an undo whose outcome it cannot know nor pretends it happened.
+/// It counts the failure, and the count errs towards refusing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_rollback_leaves_the_cost_counted() {
+    let memcached = Memcached::start();
+    let proxy = CountingProxy::start(memcached.addr()).await;
+    let now = common::today_ms() + 30_000;
+    let mut options = common::memcached_options(vec![proxy.addr.clone()]);
+    options.connections = 1;
+    let store = Arc::new(MemcachedStore::connect(&options).await.unwrap());
+    let limiter = Arc::new(
+        common::patient_limiter(store.clone())
+            .clock(ManualClock::new(now))
+            .build(),
+    );
+    let policy = per_minute(1);
+    let first = limiter.check("undone", &policy, 1).await.unwrap();
+    assert!(first.allowed && first.source == Source::Store);
+
+    // The second check's addition passes; the take-back its refusal sends
+    // (the round trip after) is held, and the connection cut under it.
+    proxy.hold_from_round_trip(proxy.round_trips() + 2);
+    let check = tokio::spawn({
+        let (limiter, policy) = (limiter.clone(), policy.clone());
+        async move { limiter.check("undone", &policy, 1).await }
+    });
+    tokio::time::timeout(PATIENCE, proxy.holding_a_request())
+        .await
+        .expect("the take-back never came");
+    proxy.cut();
+    let refused = check.await.unwrap().unwrap();
+    assert!(!refused.allowed);
+    assert_eq!(refused.source, Source::Store);
+    assert_eq!(limiter.metrics().rollback_failures, 1);
+    assert_eq!(
+        counter_value(&memcached, &store, "undone", now),
+        2,
+        "the refused check's cost stays counted"
+    );
 }

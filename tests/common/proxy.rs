@@ -67,6 +67,8 @@ struct Gate {
 struct Hold {
     holding: watch::Sender<bool>,
     arrived: Notify,
+    /// The round trip from which requests are held (`u64::MAX`: none).
+    from_round_trip: AtomicU64,
 }
 
 impl CountingProxy {
@@ -78,6 +80,7 @@ impl CountingProxy {
         let hold = Arc::new(Hold {
             holding: watch::Sender::new(false),
             arrived: Notify::new(),
+            from_round_trip: AtomicU64::new(u64::MAX),
         });
         let held = hold.clone();
         let gate = Arc::new(Gate {
@@ -173,6 +176,16 @@ impl CountingProxy {
         self.hold.holding.send_replace(true);
     }
 
+    /// Hold what clients send from round trip `round_trip` on (counted as
+    /// [`round_trips`](Self::round_trips) counts them), as [`hold`](Self::hold)
+    /// would: a test can let a request through and hold the one its answer
+    /// causes (a take-back), which no sleep could time.
+    pub fn hold_from_round_trip(&self, round_trip: u64) {
+        self.hold
+            .from_round_trip
+            .store(round_trip, Ordering::SeqCst);
+    }
+
     /// Forward what was held, and everything after it.
     pub fn release(&self) {
         self.hold.holding.send_replace(false);
@@ -212,6 +225,10 @@ async fn relay(
             };
             if !awaiting.swap(true, Ordering::SeqCst) {
                 round_trips.fetch_add(1, Ordering::SeqCst);
+            }
+            if round_trips.load(Ordering::SeqCst) >= hold.from_round_trip.load(Ordering::SeqCst) {
+                hold.from_round_trip.store(u64::MAX, Ordering::SeqCst);
+                hold.holding.send_replace(true);
             }
             if *hold.holding.borrow() {
                 // A stored permit: the waiter may start waiting after this.
