@@ -198,8 +198,9 @@ pub struct MetricsSnapshot {
     pub store_calls: u64,
     /// Store calls that failed or timed out.
     pub store_errors: u64,
-    /// Rejected requests whose increment could not be taken back: their
-    /// cost stays counted until the bucket expires.
+    /// Rejected requests whose take-back was not confirmed: it failed (the
+    /// cost stays counted until the bucket expires), or its answer came too
+    /// late to wait for (it was sent, and usually applied).
     pub rollback_failures: u64,
     /// Checks that gathered behind another of their key and shared its
     /// batch's exchange instead of one of their own.
@@ -245,7 +246,7 @@ impl Metrics {
         );
         registry.register(
             "slidegate_rollback_failures",
-            "Rejected requests whose increment could not be taken back",
+            "Rejected requests whose take-back was not confirmed: it failed, or was not answered in time",
             self.rollback_failures.clone(),
         );
         registry.register(

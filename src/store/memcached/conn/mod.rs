@@ -363,16 +363,23 @@ impl Node {
             delivery,
             reply: Some(reply),
         };
-        self.queues[index]
-            .try_send(request)
-            .map_err(|error| match error {
-                mpsc::error::TrySendError::Full(_) => {
-                    StoreError::Overloaded("the connection's queue is full".to_owned())
-                }
-                mpsc::error::TrySendError::Closed(_) => {
-                    StoreError::Unreachable("the connection is closed".to_owned())
-                }
-            })?;
+        if delivery == Delivery::Always {
+            // A take-back is not refused for a full queue (see
+            // `send_even_if_full`): it is queued now, or as soon as there is
+            // room, whether or not its caller still waits.
+            reader::send_even_if_full(&self.queues[index], request);
+        } else {
+            self.queues[index]
+                .try_send(request)
+                .map_err(|error| match error {
+                    mpsc::error::TrySendError::Full(_) => {
+                        StoreError::Overloaded("the connection's queue is full".to_owned())
+                    }
+                    mpsc::error::TrySendError::Closed(_) => {
+                        StoreError::Unreachable("the connection is closed".to_owned())
+                    }
+                })?;
+        }
         match receiver.await {
             Ok(outcome) => outcome.claim(),
             Err(_) => Err(StoreError::Unreachable(

@@ -71,6 +71,9 @@ pub(super) struct WriterEnd {
     /// slot sends them later or fails them, never drops them (one may be a
     /// take-back that must happen).
     pub unsent: Vec<Request>,
+    /// It ended because it was told to retire and had nothing left: no
+    /// request in hand, none queued, none unanswered.
+    pub retired: bool,
 }
 
 /// Requests taken from the queue for the next write, bounded by commands.
@@ -155,12 +158,32 @@ pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
         node_dropped,
         error,
         unsent: batch.take_all(),
+        retired: false,
     };
     loop {
         if batch.requests.is_empty() {
             let received = tokio::select! {
                 biased;
                 _ = stopped.changed() => return end(queue, false, None, &mut batch),
+                () = shared.retire.notified() => {
+                    // Only here, with nothing in hand, can the writer know
+                    // that closing loses nothing: a request it had taken, or
+                    // one written but unanswered, would be failed with the
+                    // connection, and a take-back among them lost.
+                    if !shared.in_flight().is_empty() {
+                        continue;
+                    }
+                    match queue.try_recv() {
+                        Ok(request) => Some(request),
+                        Err(mpsc::error::TryRecvError::Empty) => {
+                            return WriterEnd {
+                                retired: true,
+                                ..end(queue, false, None, &mut batch)
+                            };
+                        }
+                        Err(mpsc::error::TryRecvError::Disconnected) => None,
+                    }
+                }
                 received = queue.recv() => received,
             };
             let Some(request) = received else {
@@ -243,7 +266,9 @@ pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::memcached::conn::SlotStatus;
     use crate::store::memcached::wire::Command;
+    use tokio::io::AsyncReadExt;
 
     fn request(commands: usize) -> Request {
         Request {
@@ -278,5 +303,61 @@ mod tests {
         );
         batch.restart();
         assert_eq!((batch.requests.len(), batch.commands), (1, 1));
+    }
+
+    fn noop(delivery: Delivery) -> Request {
+        Request {
+            commands: vec![Command::Noop].into_iter().collect(),
+            delivery,
+            reply: None,
+        }
+    }
+
+    /// An extra connection told to retire just as a take-back reached its
+    /// queue (a late reply's undo) must send it, not close with it: the
+    /// writer ends only when it has nothing in hand, queued or unanswered.
+    #[tokio::test]
+    async fn a_retiring_writer_ends_only_with_nothing_in_hand() {
+        let (client, mut server) = tokio::io::duplex(64 * 1024);
+        let (sender, receiver) = mpsc::channel(8);
+        let shared = Arc::new(Shared::new(Arc::new(SlotStatus::new(true))));
+        let (_stop, stopped) = watch::channel(false);
+        sender.try_send(noop(Delivery::Always)).unwrap();
+        shared.retire.notify_one();
+        let writer = tokio::spawn(write_loop(
+            client,
+            receiver,
+            None,
+            shared.clone(),
+            stopped,
+            Arc::from("ns"),
+            NodeClock(std::time::Instant::now()),
+        ));
+        let mut bytes = [0u8; 64];
+        let read = server.read(&mut bytes).await.unwrap();
+        assert_eq!(&bytes[..read], b"mn\r\n", "the queued take-back is written");
+
+        // Told again while it is unanswered: it goes on, and writes the next.
+        shared.retire.notify_one();
+        tokio::task::yield_now().await;
+        sender.try_send(noop(Delivery::Always)).unwrap();
+        // Answered (as the reader would): the next write may go out.
+        let answered = shared.in_flight().pop_front();
+        assert!(answered.is_some());
+        shared.writes_out.fetch_sub(1, Ordering::AcqRel);
+        shared.write_answered.notify_one();
+        let read = server.read(&mut bytes).await.unwrap();
+        assert_eq!(&bytes[..read], b"mn\r\n", "still writing while unanswered");
+
+        // With nothing queued and nothing unanswered, it retires and gives
+        // the queue back for the slot's next connection.
+        assert!(shared.in_flight().pop_front().is_some());
+        shared.writes_out.fetch_sub(1, Ordering::AcqRel);
+        shared.write_answered.notify_one();
+        shared.retire.notify_one();
+        let end = writer.await.unwrap();
+        assert!(end.retired && end.unsent.is_empty() && end.error.is_none());
+        drop(end.queue);
+        assert!(sender.is_closed());
     }
 }

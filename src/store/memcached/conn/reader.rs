@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::{Notify, mpsc, watch};
 
-use super::queue::{Delivery, Request};
+use super::queue::{Delivery, Request, fail_unsent};
 use super::{Commands, Replies, SlotStatus};
 use crate::store::StoreError;
 use crate::store::memcached::wire::{self, Command, Reply};
@@ -51,13 +51,41 @@ impl Drop for Outcome {
             delivery: Delivery::Always,
             reply: None,
         };
-        let sent = undo
-            .queue
-            .upgrade()
-            .is_some_and(|queue| queue.try_send(request).is_ok());
-        if !sent {
-            tracing::warn!("could not take back the additions of a request whose caller gave up");
+        match undo.queue.upgrade() {
+            Some(queue) => send_even_if_full(&queue, request),
+            None => {
+                tracing::warn!(
+                    "could not take back the additions of a request whose caller gave up"
+                );
+            }
         }
+    }
+}
+
+/// Queue a request that must happen (a take-back): at once when there is
+/// room, else by a task that waits for room. The queue is bounded for the
+/// callers' requests; a take-back is owed for one of those, already
+/// written, so waiting adds no unbounded work, while failing it would
+/// leave a cost counted that nobody was told about.
+pub(super) fn send_even_if_full(queue: &mpsc::Sender<Request>, request: Request) {
+    let request = match queue.try_send(request) {
+        Ok(()) => return,
+        Err(mpsc::error::TrySendError::Full(request)) => request,
+        Err(mpsc::error::TrySendError::Closed(request)) => {
+            fail_unsent(request, "the connection's queue is closed");
+            return;
+        }
+    };
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => {
+            let queue = queue.clone();
+            runtime.spawn(async move {
+                if let Err(unsent) = queue.send(request).await {
+                    fail_unsent(unsent.0, "the connection's queue is closed");
+                }
+            });
+        }
+        Err(_) => fail_unsent(request, "the connection's queue is full, outside a runtime"),
     }
 }
 
@@ -96,6 +124,9 @@ pub(super) struct Shared {
     pub writes_out: AtomicUsize,
     /// Told by the reader each time a write's replies are complete.
     pub write_answered: Notify,
+    /// Told by the watchdog when an extra connection may close: the writer
+    /// ends it if its hands, the queue and the FIFO are empty when it looks.
+    pub retire: Notify,
 }
 
 /// The FIFO, locked; publishes the oldest entry's age when released.
@@ -131,6 +162,7 @@ impl Shared {
             slot,
             writes_out: AtomicUsize::new(0),
             write_answered: Notify::new(),
+            retire: Notify::new(),
         }
     }
 
@@ -283,4 +315,31 @@ fn complete(entry: InFlight, replies: Replies, requeue: &mpsc::WeakSender<Reques
         result: Ok(replies),
         undo,
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn take_back() -> Request {
+        Request {
+            commands: std::iter::once(Command::Noop).collect(),
+            delivery: Delivery::Always,
+            reply: None,
+        }
+    }
+
+    /// A take-back owed when the queue is full (a burst of callers filled
+    /// it) is queued as soon as there is room, not dropped.
+    #[tokio::test]
+    async fn a_take_back_waits_for_room_in_a_full_queue() {
+        let (queue, mut receiver) = mpsc::channel(1);
+        queue.try_send(take_back()).unwrap();
+        send_even_if_full(&queue, take_back());
+        assert!(receiver.recv().await.is_some());
+        let owed = tokio::time::timeout(std::time::Duration::from_secs(10), receiver.recv())
+            .await
+            .expect("the take-back never reached the queue");
+        assert!(owed.is_some_and(|request| request.delivery == Delivery::Always));
+    }
 }

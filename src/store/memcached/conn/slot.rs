@@ -59,7 +59,8 @@ impl Slot {
 
     /// The watchdog's look at a live connection: the end it calls for, if
     /// any. An extra the node no longer needs closes once it has answered
-    /// everything it was given.
+    /// everything it was given: the watchdog tells its writer, which ends
+    /// it only if nothing reached it meanwhile (see [`Shared::retire`]).
     fn watch(&self, shared: &Shared, calm: &mut Calm) -> Option<Ended> {
         let views = self.node.views();
         let me = views[self.index];
@@ -82,7 +83,10 @@ impl Slot {
                     .upgrade()
                     .is_none_or(|queue| queue.capacity() == queue.max_capacity())
         };
-        (status.phase() == Phase::Closing && drained()).then_some(Ended::Retired)
+        if status.phase() == Phase::Closing && drained() {
+            shared.retire.notify_one();
+        }
+        None
     }
 }
 
@@ -282,6 +286,10 @@ where
     let _ = stop.send(true);
     let (ended, mut writer_end) = match first_end {
         First::Reader(ended) => (ended, writer.await),
+        First::Writer(Ok(end)) if end.retired => {
+            let _ = reader.await;
+            (Ended::Retired, Ok(end))
+        }
         First::Writer(end) => {
             let _ = reader.await;
             let why = match &end {
