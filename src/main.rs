@@ -88,6 +88,9 @@ fn with_rls(app: App, config: &Config) -> anyhow::Result<App> {
         return Ok(app);
     };
     let rls = server::rls::Rls::load(path).map_err(anyhow::Error::msg)?;
+    rls.rules()
+        .check_counters(config.max_counters)
+        .map_err(|error| anyhow::anyhow!("{}: {error}", path.display()))?;
     tracing::info!(path = %path.display(), domains = ?rls.rules().domains().collect::<Vec<_>>(), rules = rls.rules().rules().len(), "Envoy RLS rules loaded");
     Ok(app.with_rls(rls))
 }

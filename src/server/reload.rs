@@ -70,7 +70,15 @@ pub fn reload_once(app: &App, reloader: &mut Reloader, why: &str) {
     let file = reloader
         .path()
         .map_or_else(|| "(no file)".to_owned(), |path| path.display().to_string());
-    match reloader.reload() {
+    let admitted = reloader
+        .reload()
+        .map_err(|error| error.to_string())
+        .and_then(|reloaded| {
+            app.admits(&reloaded.config)
+                .map(|()| reloaded)
+                .map_err(|error| format!("rls.config: {error}"))
+        });
+    match admitted {
         Ok(reloaded) => {
             let config = reloaded.config;
             app.apply_config(&config);

@@ -326,6 +326,21 @@ impl RuleSet {
         &self.rules
     }
 
+    /// Whether every rule's counters fit `limits.max_counters`, as a
+    /// configured policy's must: a rule past it would refuse every request
+    /// it matches with INVALID_ARGUMENT, so it is an error at load instead,
+    /// naming the rule.
+    pub fn check_counters(&self, max_counters: usize) -> Result<(), String> {
+        for rule in &self.rules {
+            if let Action::Limit(policy) = &rule.action {
+                policy
+                    .within(max_counters)
+                    .map_err(|error| format!("rule {}: {error}", rule.path))?;
+            }
+        }
+        Ok(())
+    }
+
     pub fn domains(&self) -> impl Iterator<Item = &str> {
         self.domains.keys().map(String::as_str)
     }
