@@ -163,6 +163,17 @@ impl App {
         self.swap_live(Self::live_of(&self.limiter, policies, auth, exemptions));
     }
 
+    /// Put in force everything of a reloaded configuration that applies
+    /// live: the policies, forward-auth and exemptions, the server guard
+    /// (API tokens, connection cap, ...) and the RLQS settings. What a
+    /// reload changes is decided here, in one place, for every face.
+    pub fn apply_live(&self, config: &Config) {
+        self.apply_config(config);
+        self.guard.apply(&config.server);
+        #[cfg(feature = "grpc")]
+        self.apply_rlqs(&config.rlqs);
+    }
+
     /// Whether a reloaded configuration fits what this process keeps from
     /// its start: the RLS rules (`rls.config` is restart-only) must fit the
     /// new `limits.max_counters`. A reload that does not is refused whole.

@@ -81,10 +81,7 @@ pub fn reload_once(app: &App, reloader: &mut Reloader, why: &str) {
     match admitted {
         Ok(reloaded) => {
             let config = reloaded.config;
-            app.apply_config(&config);
-            app.guard.apply(&config.server);
-            #[cfg(feature = "grpc")]
-            app.apply_rlqs(&config.rlqs);
+            app.apply_live(&config);
             let restart = !reloaded.needs_restart.is_empty();
             if restart {
                 tracing::warn!(

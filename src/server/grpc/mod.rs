@@ -44,7 +44,15 @@ pub(crate) async fn serve(
 /// are set): the tokens guard the gRPC faces as they guard /v1/check. Envoy
 /// sends one as `initial_metadata` of its `grpc_service`.
 pub(crate) fn authorize(app: &App, metadata: &MetadataMap) -> Result<(), Status> {
-    let authorization = metadata.get("authorization");
+    authorize_value(app, metadata.get("authorization"))
+}
+
+/// [`authorize`] for an `authorization` value kept from a call's start: a
+/// stream checks it again at each message, under the tokens in force then.
+pub(crate) fn authorize_value(
+    app: &App,
+    authorization: Option<&tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
+) -> Result<(), Status> {
     match (app.guard).token_refusal(authorization.map(|value| value.as_bytes())) {
         Some(message) => Err(Status::unauthenticated(message)),
         None => Ok(()),

@@ -38,6 +38,7 @@ use crate::config::Unmatched;
 use crate::limiter::{CheckError, Decision, FailureMode, Source};
 use crate::policy::{MAX_AMOUNT, Policy};
 use crate::server::App;
+use crate::server::grpc::{authorize, authorize_value};
 
 /// The most buckets one report may carry.
 const MAX_USAGES_PER_REPORT: usize = 1_000;
@@ -64,9 +65,15 @@ impl RateLimitQuotaService for RlqsService {
         &self,
         request: Request<Streaming<RateLimitQuotaUsageReports>>,
     ) -> Result<Response<Self::StreamRateLimitQuotasStream>, Status> {
-        crate::server::grpc::authorize(&self.app, request.metadata())?;
+        authorize(&self.app, request.metadata())?;
+        // Kept, and checked again at each report: a token revoked by a
+        // reload ends the streams opened with it, not only the next ones.
+        let authorization = request.metadata().get("authorization").cloned();
         let (outbound, receiver) = mpsc::channel(OUTBOUND_QUEUE);
-        tokio::spawn(self.clone().run(request.into_inner(), outbound));
+        tokio::spawn(
+            self.clone()
+                .run(request.into_inner(), authorization, outbound),
+        );
         Ok(Response::new(ReceiverStream::new(receiver)))
     }
 }
@@ -76,7 +83,12 @@ impl RlqsService {
     /// answered (the stream ends with that error; others go on), goes, or
     /// sends nothing for the quiet timeout (Envoy reports every interval,
     /// and opens a new stream with its next report).
-    async fn run(self, mut inbound: Streaming<RateLimitQuotaUsageReports>, outbound: Outbound) {
+    async fn run(
+        self,
+        mut inbound: Streaming<RateLimitQuotaUsageReports>,
+        authorization: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
+        outbound: Outbound,
+    ) {
         let _open = self.rlqs.metrics.opened();
         let mut stream = StreamState::new(NEXT_STREAM.fetch_add(1, Ordering::Relaxed));
         let mut sweep = tokio::time::interval(SWEEP_EVERY);
@@ -88,7 +100,11 @@ impl RlqsService {
                 message = inbound.message() => match message {
                     Ok(Some(reports)) => {
                         heard_at = tokio::time::Instant::now();
-                        self.answer(&mut stream, &reports).await
+                        let authorized = authorize_value(&self.app, authorization.as_ref());
+                        match authorized {
+                            Ok(()) => self.answer(&mut stream, &reports).await,
+                            Err(refused) => Err(refused),
+                        }
                     }
                     // The client closed its side, or the connection went.
                     Ok(None) | Err(_) => break,
