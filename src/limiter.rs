@@ -232,8 +232,9 @@ impl<S: Store> Limiter<S> {
         policy: &Policy,
         cost: u64,
     ) -> Result<Decision, CheckError> {
-        self.observed(policy, self.decide(key, policy, cost, Counting::IfAdmitted))
-            .await
+        let started = Instant::now();
+        let result = self.decide(key, policy, cost, Counting::IfAdmitted).await;
+        self.observed(policy, result, started)
     }
 
     /// The decision a check would make now, counting nothing.
@@ -243,8 +244,9 @@ impl<S: Store> Limiter<S> {
         policy: &Policy,
         cost: u64,
     ) -> Result<Decision, CheckError> {
-        self.observed(policy, self.decide(key, policy, cost, Counting::Never))
-            .await
+        let started = Instant::now();
+        let result = self.decide(key, policy, cost, Counting::Never).await;
+        self.observed(policy, result, started)
     }
 
     /// Count `cost` whatever the limits say (work that happened anyway); the

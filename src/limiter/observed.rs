@@ -10,14 +10,15 @@ use crate::policy::Policy;
 use crate::store::Store;
 
 impl<S: Store> Limiter<S> {
-    /// A check or peek, timed and counted by policy; shadow mode applied.
-    pub(super) async fn observed(
+    /// A check or peek's result, timed from `started` and counted by
+    /// policy; shadow mode applied. Not a wrapper future around the
+    /// decision: that would hold the decision's whole state twice.
+    pub(super) fn observed(
         &self,
         policy: &Policy,
-        deciding: impl Future<Output = Result<Decision, CheckError>>,
+        mut result: Result<Decision, CheckError>,
+        started: Instant,
     ) -> Result<Decision, CheckError> {
-        let started = Instant::now();
-        let mut result = deciding.await;
         if policy.is_shadow() {
             result = result.map(shadowed);
         }

@@ -31,10 +31,10 @@ impl<S: Store> Limiter<S> {
         if !due {
             return Some(Decision::new(verdict, Source::NearCache));
         }
-        match self
-            .read_again(digest, near_key, policy, cost, now_ms, deadline)
-            .await
-        {
+        // Boxed: at most once per interval per key, and a check's future
+        // (moved whole at each await it is created for) stays small.
+        let reread = Box::pin(self.read_again(digest, near_key, policy, cost, now_ms, deadline));
+        match reread.await {
             Reread::StillRefused(decision) => Some(decision),
             Reread::Admits => None,
             // The entry is still the best knowledge there is, and a store

@@ -108,7 +108,7 @@ impl<S: Store> Limiter<S> {
                             now_ms: self.clock.now_ms(),
                             ..arrival
                         };
-                        return self.fall_back_alone(error, policy, waited).await;
+                        return Box::pin(self.fall_back_alone(error, policy, waited)).await;
                     }
                 }
             }
@@ -180,9 +180,13 @@ impl<S: Store> Limiter<S> {
             let counts = match self.timed(deadline, self.store.read_and_add(&batch)).await {
                 Ok(found) => counters::counts_before(&layouts, &batch, found),
                 Err(error) => {
-                    return self
-                        .fall_back_all(lead, error, policy, Arrival { now_ms, ..arrival })
-                        .await;
+                    return Box::pin(self.fall_back_all(
+                        lead,
+                        error,
+                        policy,
+                        Arrival { now_ms, ..arrival },
+                    ))
+                    .await;
                 }
             };
             let (mut verdicts, counted) = decide_in_order(
@@ -211,9 +215,13 @@ impl<S: Store> Limiter<S> {
                     Crossing::Refused(error) => {
                         self.metrics.store_error(&error);
                         self.roll_back(deadline, &batch.adds, adding, now_ms).await;
-                        return self
-                            .fall_back_all(lead, error, policy, Arrival { now_ms, ..arrival })
-                            .await;
+                        return Box::pin(self.fall_back_all(
+                            lead,
+                            error,
+                            policy,
+                            Arrival { now_ms, ..arrival },
+                        ))
+                        .await;
                     }
                     Crossing::Retry => {
                         self.roll_back(deadline, &batch.adds, adding, now_ms).await;
@@ -298,7 +306,9 @@ impl<S: Store> Limiter<S> {
     }
 
     /// The store failed for a whole batch: the failure mode decides each
-    /// check of it, alone, at the batch's instant.
+    /// check of it, alone, at the batch's instant. Callers box it: the
+    /// failure path is rare, and a leader's future, moved whole wherever it
+    /// is created, stays the size of its common path.
     async fn fall_back_all(
         &self,
         lead: &mut Lead<'_>,
