@@ -233,7 +233,9 @@ impl<S: Store> Limiter<S> {
         cost: u64,
     ) -> Result<Decision, CheckError> {
         let started = Instant::now();
-        let result = self.decide(key, policy, cost, Counting::IfAdmitted).await;
+        let result = self
+            .decide(key, policy, cost, Counting::IfAdmitted, started)
+            .await;
         self.observed(policy, result, started)
     }
 
@@ -245,7 +247,9 @@ impl<S: Store> Limiter<S> {
         cost: u64,
     ) -> Result<Decision, CheckError> {
         let started = Instant::now();
-        let result = self.decide(key, policy, cost, Counting::Never).await;
+        let result = self
+            .decide(key, policy, cost, Counting::Never, started)
+            .await;
         self.observed(policy, result, started)
     }
 
@@ -258,7 +262,9 @@ impl<S: Store> Limiter<S> {
         cost: u64,
     ) -> Result<Decision, CheckError> {
         let started = Instant::now();
-        let result = self.decide(key, policy, cost, Counting::Always).await;
+        let result = self
+            .decide(key, policy, cost, Counting::Always, started)
+            .await;
         self.record(policy, &result, started);
         result
     }
@@ -334,9 +340,10 @@ impl<S: Store> Limiter<S> {
         policy: &Policy,
         cost: u64,
         mut counting: Counting,
+        started: Instant,
     ) -> Result<Decision, CheckError> {
         validate(key, policy, cost, self.max_counters())?;
-        let deadline = Deadline::after(self.timeout);
+        let deadline = Deadline::from(started.into(), self.timeout);
         // A check that can never pass must not be counted, even for the
         // instant before its rollback: answer it as a peek.
         if counting == Counting::IfAdmitted && cost > policy.max_cost() {

@@ -29,8 +29,14 @@ pub(super) struct Deadline {
 
 impl Deadline {
     pub(super) fn after(timeout: Duration) -> Deadline {
+        Deadline::from(Instant::now(), timeout)
+    }
+
+    /// `timeout` after `start`: a check reads the clock once, for both its
+    /// deadline and its duration.
+    pub(super) fn from(start: Instant, timeout: Duration) -> Deadline {
         Deadline {
-            at: Instant::now() + timeout,
+            at: start + timeout,
             timeout,
         }
     }
@@ -40,8 +46,8 @@ impl Deadline {
         self.at
     }
 
-    fn passed(&self) -> bool {
-        Instant::now() >= self.at
+    fn passed_at(&self, now: Instant) -> bool {
+        now >= self.at
     }
 
     /// The error a check's store work ends with when its time is up.
@@ -57,17 +63,25 @@ impl<S: Store> Limiter<S> {
     where
         F: Future<Output = Result<T, StoreError>>,
     {
-        if deadline.passed() {
+        // One reading of the clock: whether time is left, and when the call
+        // started.
+        let started = Instant::now();
+        if deadline.passed_at(started) {
             // A store too slow for this check: counted, but not a call.
             self.metrics.store_error(&deadline.ran_out());
             return Timed {
                 limiter: self,
                 deadline,
-                started: Instant::now(),
+                started,
                 call: None,
             };
         }
-        self.timed_sent(deadline, call)
+        Timed {
+            limiter: self,
+            deadline,
+            started,
+            call: Some(tokio::time::timeout_at(deadline.at, call)),
+        }
     }
 
     /// A store call that is made even when no time is left (a rollback),
@@ -153,9 +167,9 @@ mod tests {
 
     #[test]
     fn a_deadline_passes_at_its_timeout_and_names_it() {
-        assert!(!Deadline::after(Duration::from_secs(3600)).passed());
+        assert!(!Deadline::after(Duration::from_secs(3600)).passed_at(Instant::now()));
         let deadline = Deadline::after(Duration::ZERO);
-        assert!(deadline.passed());
+        assert!(deadline.passed_at(Instant::now()));
         assert!(matches!(deadline.ran_out(), StoreError::Timeout(0)));
         assert!(matches!(
             Deadline::after(Duration::from_millis(50)).ran_out(),
