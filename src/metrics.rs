@@ -17,9 +17,11 @@ use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
+mod latency;
+
+use self::latency::LatencyHistogram;
 use crate::source::Source;
 use crate::store::StoreError;
 
@@ -144,8 +146,8 @@ pub struct Metrics {
     decisions: Family<DecisionLabels, Counter>,
     by_policy: RwLock<HashMap<Box<str>, Arc<PolicyCounters>>>,
     inline: PolicyCounters,
-    check_duration: Histogram,
-    store_duration: Histogram,
+    check_duration: LatencyHistogram,
+    store_duration: LatencyHistogram,
     store_calls: Counter,
     store_errors: Family<KindLabels, Counter>,
     store_errors_by_kind: [Counter; 4],
@@ -173,8 +175,8 @@ impl Default for Metrics {
             inline: PolicyCounters::new(&decisions, crate::policy::INLINE_SCOPE),
             decisions,
             by_policy: RwLock::default(),
-            check_duration: Histogram::new(LATENCY_BUCKETS),
-            store_duration: Histogram::new(LATENCY_BUCKETS),
+            check_duration: LatencyHistogram::new(&LATENCY_BUCKETS),
+            store_duration: LatencyHistogram::new(&LATENCY_BUCKETS),
             store_calls: Counter::default(),
             store_errors,
             store_errors_by_kind,
@@ -295,13 +297,13 @@ impl Metrics {
 
     /// One decision of a policy (by its scope), and how long it took.
     pub(crate) fn decided(&self, scope: &str, decided: Decided, took: Duration) {
-        self.check_duration.observe(took.as_secs_f64());
+        self.check_duration.observe(took);
         self.count_outcome(scope, Outcome::of(decided));
     }
 
     /// A check the failure mode refused with an error (`deny`).
     pub(crate) fn refused_by_failure(&self, scope: &str, took: Duration) {
-        self.check_duration.observe(took.as_secs_f64());
+        self.check_duration.observe(took);
         self.count_outcome(scope, Outcome::fallback);
     }
 
@@ -339,7 +341,7 @@ impl Metrics {
     /// One store round trip, its time and its failure if any.
     pub(crate) fn store_call(&self, took: Duration, error: Option<&StoreError>) {
         self.store_calls.inc();
-        self.store_duration.observe(took.as_secs_f64());
+        self.store_duration.observe(took);
         if let Some(error) = error {
             self.store_error(error);
         }
