@@ -196,12 +196,9 @@ impl MemcachedStore {
         {
             return Err(unexpected("a batch must hold the counters of one key"));
         }
-        let topology = self.cell.load();
-        if topology.nodes.is_empty() {
-            return Err(self.no_nodes());
-        }
-        let at = DigestRendezvous::pick_digest(&first.digest, &topology.node_hashes);
-        Ok(topology.nodes[at].clone())
+        self.cell
+            .node_for(&first.digest)
+            .ok_or_else(|| self.no_nodes())
     }
 
     fn no_nodes(&self) -> StoreError {

@@ -7,7 +7,8 @@ use std::sync::{Arc, PoisonError, RwLock};
 use super::conn::{ConnectionStates, Node, Settings, Target};
 use super::dial::Dialer;
 use super::discovery::{ClusterConfig, PollResult};
-use super::route;
+use super::route::{self, DigestRendezvous};
+use crate::store::KeyDigest;
 
 /// The nodes in use, in one consistent piece: routing reads it whole.
 pub(crate) struct Topology {
@@ -107,6 +108,19 @@ impl TopologyCell {
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+
+    /// The node a key's digest routes to, or `None` with no node known.
+    /// The hot path of every call: the node's handle is cloned under the
+    /// read lock, the topology's is not (one contended reference count
+    /// less per call).
+    pub(super) fn node_for(&self, digest: &KeyDigest) -> Option<Arc<Node>> {
+        let topology = self.current.read().unwrap_or_else(PoisonError::into_inner);
+        if topology.nodes.is_empty() {
+            return None;
+        }
+        let at = DigestRendezvous::pick_digest(digest, &topology.node_hashes);
+        Some(topology.nodes[at].clone())
     }
 
     pub(super) fn store(&self, topology: Topology) {
