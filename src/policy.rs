@@ -465,6 +465,17 @@ mod tests {
             Limit::new(MAX_AMOUNT + 1, 1000, 1),
             Err(LimitError::Limit(1_000_000_000_001))
         );
+        // A window of a year, to the millisecond, and not one more.
+        let year_ms = 365 * 24 * 3_600_000;
+        assert_eq!(
+            Limit::new(1, year_ms, 1).unwrap().window().window_ms(),
+            31_536_000_000
+        );
+        assert_eq!(
+            Limit::new(1, year_ms + 1, 1),
+            Err(LimitError::Window(31_536_000_001))
+        );
+        assert_eq!(parse_duration_ms("365d"), Ok(year_ms));
         // 16 limits at precision 1000, every one a window of its own.
         let finest: Vec<Limit> = (1..=16)
             .map(|seconds| Limit::new(1, seconds * 1000, MAX_PRECISION).unwrap())
