@@ -51,6 +51,10 @@ done
 
 # Debug info only slows each mutant's link; no test needs it.
 export CARGO_PROFILE_DEV_DEBUG="${CARGO_PROFILE_DEV_DEBUG:-0}"
+# A property test that fails on a mutant would save the mutant's failing
+# case into the tree (proptest-regressions/, tests/*.proptest-regressions):
+# seeds of a bug the code does not have. None are read or written here.
+export PROPTEST_DISABLE_FAILURE_PERSISTENCE=1
 # The machine has 2 cores and is shared: stay behind interactive work.
 nice_cmd=(nice -n 10)
 
