@@ -110,6 +110,124 @@ const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 mod tests {
     use super::*;
     use crate::policy::Limit;
+    use crate::source::Source;
+    use crate::window::{self, Counting};
+
+    /// What the limiter answers for `cost` at `now_ms` given the counters.
+    fn decision(policy: &Policy, counts: &[Vec<u64>], now_ms: u64, cost: u64) -> Decision {
+        let verdict = window::decide(policy.limits(), counts, now_ms, cost, Counting::IfAdmitted);
+        Decision {
+            allowed: verdict.allowed,
+            counted: verdict.counted,
+            retry_after_ms: verdict.retry_after_ms,
+            limits: verdict.limits,
+            source: Source::Store,
+            shadow: false,
+            would_allow: verdict.allowed,
+            decided_at_ms: verdict.decided_at_ms,
+        }
+    }
+
+    fn headers_of(policy: &Policy, decision: &Decision) -> Vec<(String, String)> {
+        let mut headers = HeaderMap::new();
+        rate_limit_headers(decision, &PolicyHeaders::of(policy), &mut headers);
+        let mut pairs: Vec<(String, String)> = headers
+            .iter()
+            .map(|(name, value)| (name.to_string(), value.to_str().unwrap().to_owned()))
+            .collect();
+        pairs.sort();
+        pairs
+    }
+
+    fn pairs(expected: &[(&str, &str)]) -> Vec<(String, String)> {
+        expected
+            .iter()
+            .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
+            .collect()
+    }
+
+    /// 10 per second, and 3000 per 10 minutes in 10 sub-buckets.
+    fn two_limits() -> Policy {
+        Policy::new(
+            "api",
+            vec![
+                Limit::new(10, 1_000, 1).unwrap(),
+                Limit::new(3000, 600_000, 10).unwrap(),
+            ],
+        )
+        .unwrap()
+    }
+
+    /// An instant on a 10-minute boundary.
+    const ALIGNED: u64 = 7 * 600_000;
+
+    #[test]
+    fn an_admitted_answer_says_each_limit_and_when_its_counts_leave() {
+        let policy = two_limits();
+        let admitted = decision(&policy, &[vec![0, 3], vec![0; 11]], ALIGNED, 1);
+        assert!(admitted.allowed);
+        // 4 counted this second leave when the next second ends (2 s); the
+        // one in the 10 minutes, when the window after its sub-bucket ends.
+        assert_eq!(
+            headers_of(&policy, &admitted),
+            pairs(&[
+                (
+                    "ratelimit",
+                    r#""api-1s";r=6;t=2, "api-10m-p10";r=2999;t=660"#
+                ),
+                (
+                    "ratelimit-policy",
+                    r#""api-1s";q=10;w=1, "api-10m-p10";q=3000;w=600"#
+                ),
+            ])
+        );
+    }
+
+    #[test]
+    fn a_refusal_says_when_one_unit_passes_and_when_this_request_can() {
+        let policy = two_limits();
+        // The second is full, 250 ms into it: one more unit fits once the
+        // 10 have decayed to 9 (850 ms from now, t=1, rounded up); this
+        // request of 3 once they have decayed to 7 (1050 ms: 2 s).
+        let refused = decision(&policy, &[vec![0, 10], vec![0; 11]], ALIGNED + 250, 3);
+        assert!(!refused.allowed);
+        assert_eq!(refused.retry_after_ms, Some(1_050));
+        assert_eq!(
+            headers_of(&policy, &refused),
+            pairs(&[
+                ("ratelimit", r#""api-1s";r=0;t=1, "api-10m-p10";r=3000;t=0"#),
+                (
+                    "ratelimit-policy",
+                    r#""api-1s";q=10;w=1, "api-10m-p10";q=3000;w=600"#
+                ),
+                ("retry-after", "2"),
+            ])
+        );
+    }
+
+    #[test]
+    fn a_request_that_can_never_pass_gets_no_retry_after() {
+        let policy = Policy::new("api", vec![Limit::new(5, 60_000, 1).unwrap()]).unwrap();
+        let refused = decision(&policy, &[vec![0, 0]], ALIGNED, 6);
+        assert!(!refused.allowed && refused.retry_after_ms.is_none());
+        // One limit: named by the policy alone.
+        assert_eq!(
+            headers_of(&policy, &refused),
+            pairs(&[
+                ("ratelimit", r#""api";r=5;t=0"#),
+                ("ratelimit-policy", r#""api";q=5;w=60"#),
+            ])
+        );
+    }
+
+    #[test]
+    fn a_shadow_policy_sends_no_headers() {
+        let policy = two_limits();
+        let mut refused = decision(&policy, &[vec![0, 10], vec![0; 11]], ALIGNED, 1);
+        refused.shadow = true;
+        refused.allowed = true;
+        assert_eq!(headers_of(&policy, &refused), []);
+    }
 
     #[test]
     fn header_names_are_unique_within_a_policy() {

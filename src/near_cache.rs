@@ -400,6 +400,131 @@ mod tests {
     }
 
     #[test]
+    fn a_key_under_two_policies_keeps_an_entry_for_each() {
+        let per_minute = Limit::new(5, 60_000, 1).unwrap();
+        let per_second = Limit::new(2, 1_000, 1).unwrap();
+        let minutes = Policy::inline(vec![per_minute]).unwrap();
+        let seconds = Policy::inline(vec![per_second]).unwrap();
+        let cache = NearCache::new(10).with_revalidate(Duration::from_secs(3600));
+        // One client key, one scope: the windows tell the entries apart.
+        let digest = KeyDigest::of("inline", "k");
+        let seen = |limit: Limit, counts: SmallVec<[u64; 2]>| Seen {
+            window: limit.window(),
+            bucket: limit.window().bucket_of(600_000),
+            counts,
+        };
+        let minute_key = NearKey::new(digest, &minutes);
+        let second_key = NearKey::new(digest, &seconds);
+        cache.remember(
+            minute_key,
+            vec![seen(per_minute, smallvec::smallvec![0, 5])],
+            Duration::from_secs(60),
+            600_000,
+        );
+        cache.remember(
+            second_key,
+            vec![seen(per_second, smallvec::smallvec![0, 2])],
+            Duration::from_secs(60),
+            600_000,
+        );
+        assert_eq!(
+            cache.lower_bounds(&minute_key, &minutes, 600_000),
+            Some(vec![vec![0, 5]])
+        );
+        assert_eq!(
+            cache.lower_bounds(&second_key, &seconds, 600_000),
+            Some(vec![vec![0, 2]])
+        );
+        assert_eq!(cache.settled_len(), 2);
+        assert_eq!(cache.len(), 2);
+        assert!(!cache.is_empty());
+    }
+
+    #[test]
+    fn a_refusal_remembered_again_replaces_the_entry() {
+        let per_minute = Limit::new(5, 60_000, 1).unwrap();
+        let policy = Policy::new("api", vec![per_minute]).unwrap();
+        let cache = NearCache::new(10).with_revalidate(Duration::from_secs(3600));
+        let key = NearKey::new(KeyDigest::of("api", "k"), &policy);
+        for counts in [[2, 5], [3, 6]] {
+            let seen = Seen {
+                window: per_minute.window(),
+                bucket: 10,
+                counts: counts.into(),
+            };
+            cache.remember(key, vec![seen], Duration::from_secs(60), 600_000);
+        }
+        assert_eq!(
+            cache.lower_bounds(&key, &policy, 600_000),
+            Some(vec![vec![3, 6]])
+        );
+        assert_eq!(cache.settled_len(), 1);
+    }
+
+    #[test]
+    fn entries_leave_when_their_lifetime_ends() {
+        // moka's expiry runs on its own clock, not the limiter's: this test
+        // polls, with a deadline that only bounds a hang.
+        let per_minute = Limit::new(5, 60_000, 1).unwrap();
+        let policy = Policy::new("api", vec![per_minute]).unwrap();
+        let cache = NearCache::new(10);
+        let seen = || Seen {
+            window: per_minute.window(),
+            bucket: 10,
+            counts: smallvec::smallvec![2, 5],
+        };
+        let created = NearKey::new(KeyDigest::of("api", "created"), &policy);
+        let updated = NearKey::new(KeyDigest::of("api", "updated"), &policy);
+        let lifetime = Duration::from_millis(20);
+        cache.remember(created, vec![seen()], lifetime, 600_000);
+        cache.remember(updated, vec![seen()], Duration::from_secs(3600), 600_000);
+        cache.remember(updated, vec![seen()], lifetime, 600_000);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while cache.settled_len() > 0 {
+            assert!(Instant::now() < deadline, "entries outlived their lifetime");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(cache.is_empty());
+    }
+
+    #[test]
+    fn by_default_capacity_bounds_the_entries_before_bytes_do() {
+        // 2,000 refused keys of a 128-counter policy, about 1.4 KB each, in
+        // a cache of 10,000 keys and the default 64 MiB: all are kept.
+        let fine = Limit::new(1, 127_000, 127).unwrap();
+        let policy = Policy::inline(vec![fine]).unwrap();
+        let cache = NearCache::new(10_000);
+        for index in 0..2_000 {
+            let key = NearKey::new(KeyDigest::of("inline", &index.to_string()), &policy);
+            let seen = Seen {
+                window: fine.window(),
+                bucket: 1,
+                counts: vec![1; 128].into(),
+            };
+            cache.remember(key, vec![seen], Duration::from_secs(60), 0);
+        }
+        assert_eq!(cache.settled_len(), 2_000);
+        // Each weighs the larger of its size and 64 MiB / 10,000 bytes.
+        assert_eq!(cache.settled_weight(), 2_000 * 6_710);
+    }
+
+    #[test]
+    fn max_bytes_zero_remembers_nothing() {
+        let per_minute = Limit::new(5, 60_000, 1).unwrap();
+        let policy = Policy::new("api", vec![per_minute]).unwrap();
+        let cache = NearCache::bounded(10, 0);
+        let key = NearKey::new(KeyDigest::of("api", "k"), &policy);
+        let seen = Seen {
+            window: per_minute.window(),
+            bucket: 10,
+            counts: smallvec::smallvec![2, 5],
+        };
+        cache.remember(key, vec![seen], Duration::from_secs(60), 600_000);
+        assert_eq!(cache.lower_bounds(&key, &policy, 600_000), None);
+        assert_eq!(cache.settled_len(), 0);
+    }
+
+    #[test]
     fn capacity_zero_remembers_nothing() {
         let policy = Policy::new("api", vec![Limit::new(5, 1000, 1).unwrap()]).unwrap();
         let cache = NearCache::new(0);

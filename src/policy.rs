@@ -431,6 +431,65 @@ mod tests {
         assert_eq!(field(spec(Some(1), Some("soon"), None, None)), "window");
         assert_eq!(field(spec(Some(1), None, Some(0), None)), "window_ms");
         assert_eq!(field(spec(Some(1), Some("1s"), None, Some(7))), "precision");
+        // A window given as text is named `window` whatever is wrong with it.
+        assert_eq!(field(spec(Some(1), Some("366d"), None, None)), "window");
+        assert_eq!(field(spec(Some(1), Some("0s"), None, None)), "window");
+    }
+
+    #[tokio::test]
+    async fn a_shadow_policy_admits_what_it_would_refuse() {
+        let limiter = crate::Limiter::new(crate::MemoryStore::new());
+        let enforced = Policy::new(
+            "new-limit",
+            vec![Limit::per(1, Duration::from_secs(60)).unwrap()],
+        )
+        .unwrap();
+        let shadow = enforced.clone().with_shadow(true);
+        assert!(shadow.is_shadow() && !enforced.is_shadow());
+        let first = limiter.check("k", &shadow, 1).await.unwrap();
+        assert!(first.allowed && first.would_allow);
+        let second = limiter.check("k", &shadow, 1).await.unwrap();
+        assert!(second.allowed && second.shadow && !second.would_allow);
+        // The same counters, enforced: the first request's count refuses.
+        let third = limiter.check("k", &enforced, 1).await.unwrap();
+        assert!(!third.allowed && !third.shadow);
+    }
+
+    #[test]
+    fn the_largest_limit_and_the_largest_policy_can_be_built() {
+        assert_eq!(
+            Limit::new(MAX_AMOUNT, 1000, 1).unwrap().limit(),
+            1_000_000_000_000
+        );
+        assert_eq!(
+            Limit::new(MAX_AMOUNT + 1, 1000, 1),
+            Err(LimitError::Limit(1_000_000_000_001))
+        );
+        // A window of a year, to the millisecond, and not one more.
+        let year_ms = 365 * 24 * 3_600_000;
+        assert_eq!(
+            Limit::new(1, year_ms, 1).unwrap().window().window_ms(),
+            31_536_000_000
+        );
+        assert_eq!(
+            Limit::new(1, year_ms + 1, 1),
+            Err(LimitError::Window(31_536_000_001))
+        );
+        assert_eq!(parse_duration_ms("365d"), Ok(year_ms));
+        // 16 limits at precision 1000, every one a window of its own.
+        let finest: Vec<Limit> = (1..=16)
+            .map(|seconds| Limit::new(1, seconds * 1000, MAX_PRECISION).unwrap())
+            .collect();
+        let policy = Policy::new("largest", finest.clone()).unwrap();
+        assert_eq!(policy.counters(), MAX_COUNTERS);
+        assert_eq!(MAX_COUNTERS, 16_016);
+        assert_eq!(policy.within(MAX_COUNTERS), Ok(()));
+        let mut seventeen = finest;
+        seventeen.push(Limit::new(1, 17_000, 1).unwrap());
+        assert_eq!(
+            Policy::new("largest", seventeen),
+            Err(PolicyError::TooMany(17))
+        );
     }
 
     #[test]

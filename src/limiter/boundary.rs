@@ -146,4 +146,28 @@ mod tests {
             );
         }
     }
+
+    #[test]
+    fn an_admission_let_stand_is_marked_as_the_failure_modes() {
+        let second = Limit::new(10, 1_000, 1).unwrap();
+        let verdict = crate::window::decide(
+            &[second],
+            &[[0, 3]],
+            12_500,
+            1,
+            crate::window::Counting::IfAdmitted,
+        );
+        let decided = Decision::new(verdict, Source::Store);
+        let stood = stands(decided.clone());
+        // Counted and admitted as the store decided, but told apart in the
+        // answer and the metrics: the store did not decide in time.
+        assert_eq!(stood.source, Source::Fallback);
+        assert_eq!(
+            Decision {
+                source: Source::Store,
+                ..stood
+            },
+            decided
+        );
+    }
 }

@@ -436,10 +436,60 @@ mod tests {
             b"HD Ox\r\n",
             b"EN O99999999999\r\n",
             b"EN O1\nEN O2\r\n",
+            b"\nEN O1\r\n",
+            b"EN O\r\n",
         ] {
             assert!(parse(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
         }
         assert!(parse(&[b'x'; 2000]).is_err(), "an endless line");
+        // What went wrong names the line, for the operator's log.
+        assert_eq!(
+            parse(b"XX 1\r\n"),
+            Err(Desync(r#"unexpected reply "XX 1""#.to_owned()))
+        );
+        assert_eq!(
+            parse(b"NS O4\r\n").unwrap().unwrap().reply,
+            Reply::Failed(r#"memcached answered "NS O4""#.to_owned())
+        );
+    }
+
+    #[test]
+    fn a_reply_line_may_take_max_line_bytes_before_its_end() {
+        // Not yet arrived: waited for up to the longest line, then a desync.
+        assert_eq!(parse(&[b'x'; MAX_LINE]), Ok(None));
+        assert!(parse(&[b'x'; MAX_LINE + 1]).is_err());
+    }
+
+    #[test]
+    fn a_counter_may_reach_the_largest_u64() {
+        let parsed = parse(b"VA 20 O1\r\n18446744073709551615\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(parsed.reply, Reply::Value(u64::MAX));
+        assert!(parse(b"VA 20 O1\r\n18446744073709551616\r\n").is_err());
+    }
+
+    #[test]
+    fn only_commands_that_count_are_not_retried_when_their_reply_is_lost() {
+        let add = Command::Add {
+            counter: counter(),
+            amount: 1,
+            ttl: 60,
+        };
+        let subtract = Command::Subtract {
+            counter: counter(),
+            amount: 1,
+        };
+        for changes in [add, subtract, Command::Remove(counter())] {
+            assert!(changes.changes_state(), "{changes:?}");
+        }
+        for reads in [
+            Command::Read(counter()),
+            Command::Noop,
+            Command::ClockProbe { expires: 1 },
+        ] {
+            assert!(!reads.changes_state(), "{reads:?}");
+        }
     }
 
     #[test]
