@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use common::Memcached;
 use common::proxy::CountingProxy;
+use common::wait::{PATIENCE, wait_for};
 use slidegate::store::Store;
 use slidegate::{CheckError, FailureMode, Limit, Limiter, MemcachedStore, Policy, Source};
 
@@ -93,16 +94,33 @@ async fn recovers_at_once(connections: usize, mode: FailureMode) {
         let (source, _) = check.await.unwrap();
         assert_eq!(source, Source::Fallback, "a check during the stall");
     }
+    // The stall is known once a reply is later than the timeout. The
+    // callers above gave up at their own deadlines, a little before their
+    // requests' replies were a timeout late (a request is written after
+    // its check starts; on a loaded machine, milliseconds after): a check
+    // routed in that window cannot tell the stall from a slow reply, and
+    // waits for it. The promise is about a stall that has been seen.
+    wait_for("every connection overdue", PATIENCE, || async {
+        store.topology().nodes[0].states.overdue == connections
+    })
+    .await;
 
     proxy.delay_replies(0);
     let recovered = Instant::now();
     let mut first_by_store = None;
     let mut admitted = 0;
     for attempt in 0..10 {
+        let started = Instant::now();
         let (source, allowed) = source_of(&limiter.check("fresh", &policy, 1).await);
+        let node = &store.topology().nodes[0];
         assert!(
             matches!(source, Source::Store | Source::NearCache),
-            "{connections} connection(s), {mode:?}: check {attempt} after the stall was decided by {source:?}"
+            "{connections} connection(s), {mode:?}: check {attempt} after the stall was decided \
+             by {source:?} in {:?}, {:?} after the store recovered; connections {:?}, redials {:?}",
+            started.elapsed(),
+            recovered.elapsed(),
+            node.states,
+            node.redials
         );
         first_by_store.get_or_insert_with(|| recovered.elapsed());
         admitted += u32::from(allowed);

@@ -180,13 +180,9 @@ impl<S: Store> Limiter<S> {
             let counts = match self.timed(deadline, self.store.read_and_add(&batch)).await {
                 Ok(found) => counters::counts_before(&layouts, &batch, found),
                 Err(error) => {
-                    return Box::pin(self.fall_back_all(
-                        lead,
-                        error,
-                        policy,
-                        Arrival { now_ms, ..arrival },
-                    ))
-                    .await;
+                    return self
+                        .fall_back_boxed(lead, error, policy, Arrival { now_ms, ..arrival })
+                        .await;
                 }
             };
             let (mut verdicts, counted) = decide_in_order(
@@ -215,13 +211,9 @@ impl<S: Store> Limiter<S> {
                     Crossing::Refused(error) => {
                         self.metrics.store_error(&error);
                         self.roll_back(deadline, &batch.adds, adding, now_ms).await;
-                        return Box::pin(self.fall_back_all(
-                            lead,
-                            error,
-                            policy,
-                            Arrival { now_ms, ..arrival },
-                        ))
-                        .await;
+                        return self
+                            .fall_back_boxed(lead, error, policy, Arrival { now_ms, ..arrival })
+                            .await;
                     }
                     Crossing::Retry => {
                         self.roll_back(deadline, &batch.adds, adding, now_ms).await;
@@ -305,10 +297,21 @@ impl<S: Store> Limiter<S> {
         }
     }
 
+    /// [`fall_back_all`](Self::fall_back_all), boxed: the failure path is
+    /// rare, and a leader's future, moved whole wherever it is created,
+    /// stays the size of its common path.
+    async fn fall_back_boxed(
+        &self,
+        lead: &mut Lead<'_>,
+        error: StoreError,
+        policy: &Policy,
+        batch: Arrival,
+    ) -> Result<Decision, CheckError> {
+        Box::pin(self.fall_back_all(lead, error, policy, batch)).await
+    }
+
     /// The store failed for a whole batch: the failure mode decides each
-    /// check of it, alone, at the batch's instant. Callers box it: the
-    /// failure path is rare, and a leader's future, moved whole wherever it
-    /// is created, stays the size of its common path.
+    /// check of it, alone, at the batch's instant.
     async fn fall_back_all(
         &self,
         lead: &mut Lead<'_>,
