@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::health::{self, Calm, Phase, State};
 use super::queue::{Request, WriterEnd, fail_unsent, write_loop};
-use super::reader::{Shared, fail_written, read_loop};
+use super::reader::{Shared, fail_written, read_loop, send_even_if_full};
 use super::{NodeStatus, Redial, Settings, SlotStatus, Target};
 use crate::store::memcached::dial::{Dialer, Stream};
 
@@ -317,11 +317,7 @@ where
                 // Taken just as the extra was drained: it goes out on the
                 // slot's next connection (a take-back among them must).
                 Ended::Retired => match slot.requeue.upgrade() {
-                    Some(queue) => {
-                        if let Err(error) = queue.try_send(request) {
-                            fail_unsent(error.into_inner(), &why);
-                        }
-                    }
+                    Some(queue) => send_even_if_full(&queue, request),
                     None => fail_unsent(request, &why),
                 },
                 Ended::Failed(_) | Ended::Stalled(_) => fail_unsent(request, &why),
