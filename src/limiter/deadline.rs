@@ -66,21 +66,16 @@ impl<S: Store> Limiter<S> {
         // One reading of the clock: whether time is left, and when the call
         // started.
         let started = Instant::now();
-        if deadline.passed_at(started) {
+        let passed = deadline.passed_at(started);
+        if passed {
             // A store too slow for this check: counted, but not a call.
             self.metrics.store_error(&deadline.ran_out());
-            return Timed {
-                limiter: self,
-                deadline,
-                started,
-                call: None,
-            };
         }
         Timed {
             limiter: self,
             deadline,
             started,
-            call: Some(tokio::time::timeout_at(deadline.at, call)),
+            call: (!passed).then(|| tokio::time::timeout_at(deadline.at, call)),
         }
     }
 
