@@ -343,7 +343,7 @@ impl<S: Store> Limiter<S> {
         started: Instant,
     ) -> Result<Decision, CheckError> {
         validate(key, policy, cost, self.max_counters())?;
-        let deadline = Deadline::from(started.into(), self.timeout);
+        let deadline = Deadline::starting_at(started.into(), self.timeout);
         // A check that can never pass must not be counted, even for the
         // instant before its rollback: answer it as a peek.
         if counting == Counting::IfAdmitted && cost > policy.max_cost() {

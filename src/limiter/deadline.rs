@@ -29,12 +29,12 @@ pub(super) struct Deadline {
 
 impl Deadline {
     pub(super) fn after(timeout: Duration) -> Deadline {
-        Deadline::from(Instant::now(), timeout)
+        Deadline::starting_at(Instant::now(), timeout)
     }
 
     /// `timeout` after `start`: a check reads the clock once, for both its
     /// deadline and its duration.
-    pub(super) fn from(start: Instant, timeout: Duration) -> Deadline {
+    pub(super) fn starting_at(start: Instant, timeout: Duration) -> Deadline {
         Deadline {
             at: start + timeout,
             timeout,
