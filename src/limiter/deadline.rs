@@ -41,11 +41,6 @@ impl Deadline {
         }
     }
 
-    /// The instant it falls at.
-    pub(super) fn at(&self) -> Instant {
-        self.at
-    }
-
     fn passed_at(&self, now: Instant) -> bool {
         now >= self.at
     }

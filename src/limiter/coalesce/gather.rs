@@ -32,15 +32,23 @@ pub(super) enum Turn {
 /// A counted answer on its way to its check. The leader has counted it as
 /// told; if the check's caller drops it unread (its own timeout fired just
 /// as the answer was sent), its cost is taken back then, as the store's
-/// connections do for an outcome nobody claims.
-pub(super) struct Counted(Option<Box<dyn FnOnce() + Send>>);
+/// connections do for an outcome nobody claims. The take-back is the
+/// batch's, shared by all its counted answers: one allocation a batch,
+/// not one a check.
+pub(super) struct Counted(Option<(Arc<dyn TakeBack>, u64)>);
+
+/// How a batch takes back one counted answer's cost.
+pub(super) trait TakeBack: Send + Sync {
+    fn take_back(&self, cost: u64);
+}
 
 impl Counted {
     pub(super) const NOTHING: Counted = Counted(None);
 
-    /// An answer whose cost `take_back` takes back if it is dropped unread.
-    pub(super) fn taking_back(take_back: impl FnOnce() + Send + 'static) -> Counted {
-        Counted(Some(Box::new(take_back)))
+    /// An answer of `cost` that `take_back` takes back if it is dropped
+    /// unread.
+    pub(super) fn taking_back(take_back: Arc<dyn TakeBack>, cost: u64) -> Counted {
+        Counted(Some((take_back, cost)))
     }
 
     /// The answer was read: its count stands.
@@ -51,8 +59,8 @@ impl Counted {
 
 impl Drop for Counted {
     fn drop(&mut self) {
-        if let Some(take_back) = self.0.take() {
-            take_back();
+        if let Some((take_back, cost)) = self.0.take() {
+            take_back.take_back(cost);
         }
     }
 }
