@@ -9,19 +9,23 @@
 //! [`Registry`]; the server does the same for `GET /metrics`.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
-use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 mod latency;
+mod striped;
 
 use self::latency::LatencyHistogram;
+use self::striped::{Striped, StripedArray};
+
+/// The limiter's counters: striped, so that the cores counting every
+/// check do not take turns owning one cache line (see [`striped`]).
+type Counter = prometheus_client::metrics::counter::Counter<u64, Striped>;
 use crate::source::Source;
 use crate::store::StoreError;
 
@@ -142,7 +146,26 @@ impl PolicyCounters {
     }
 }
 
+/// How many policies' counters each thread keeps at hand.
+const RECENT_POLICIES_KEPT: usize = 8;
+
+thread_local! {
+    /// The counters of the policies this thread counted last, by the
+    /// [`Metrics`] they belong to and the policy's name, newest first.
+    /// Every check counts its policy's outcome; looking it up in the shared
+    /// map took a read lock whose counter the cores passed back and forth
+    /// on every check (see `striped`), and hashed the name with SipHash.
+    static RECENT_POLICIES: std::cell::RefCell<Vec<RecentPolicy>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A policy's counters, by the id of the [`Metrics`] they belong to and
+/// the policy's name.
+type RecentPolicy = (u64, Box<str>, Arc<PolicyCounters>);
+
 pub struct Metrics {
+    /// Tells this instance's counters apart in [`RECENT_POLICIES`].
+    id: u64,
     decisions: Family<DecisionLabels, Counter>,
     by_policy: RwLock<HashMap<Box<str>, Arc<PolicyCounters>>>,
     inline: PolicyCounters,
@@ -156,8 +179,8 @@ pub struct Metrics {
     near_cache_hits: Counter,
     near_cache_entries: Gauge,
     // Decisions by source, for `MetricsSnapshot` (tests and embedders).
-    allowed: [AtomicU64; Source::ALL.len()],
-    rejected: [AtomicU64; Source::ALL.len()],
+    /// Allowed by source, then rejected by source.
+    by_source: StripedArray<{ 2 * Source::ALL.len() }>,
 }
 
 impl Default for Metrics {
@@ -171,7 +194,9 @@ impl Default for Metrics {
             ErrorKind::overloaded,
         ]
         .map(|kind| store_errors.get_or_create_owned(&KindLabels { kind }));
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         Metrics {
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             inline: PolicyCounters::new(&decisions, crate::policy::INLINE_SCOPE),
             decisions,
             by_policy: RwLock::default(),
@@ -184,8 +209,7 @@ impl Default for Metrics {
             coalesced_checks: Counter::default(),
             near_cache_hits: Counter::default(),
             near_cache_entries: Gauge::default(),
-            allowed: Default::default(),
-            rejected: Default::default(),
+            by_source: StripedArray::default(),
         }
     }
 }
@@ -312,27 +336,29 @@ impl Metrics {
             self.inline.count(outcome);
             return;
         }
-        let found = self
-            .by_policy
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .get(scope)
-            .map(|counters| counters.count(outcome))
-            .is_some();
-        if !found {
-            // A policy no one registered (a library user's): its series is
-            // created on first use, once.
-            self.policy_counters(scope).count(outcome);
-        }
+        RECENT_POLICIES.with_borrow_mut(|recent| {
+            if let Some(found) = recent
+                .iter()
+                .find(|(metrics, name, _)| *metrics == self.id && **name == *scope)
+            {
+                found.2.count(outcome);
+                return;
+            }
+            // A policy this thread has not counted lately, or one no one
+            // registered (a library user's): its series is created on
+            // first use, once.
+            let counters = self.policy_counters(scope);
+            counters.count(outcome);
+            if recent.len() == RECENT_POLICIES_KEPT {
+                recent.pop();
+            }
+            recent.insert(0, (self.id, scope.into(), counters));
+        });
     }
 
     pub(crate) fn decision(&self, source: Source, allowed: bool) {
-        let counters = if allowed {
-            &self.allowed
-        } else {
-            &self.rejected
-        };
-        counters[source.index()].fetch_add(1, Ordering::Relaxed);
+        let offset = if allowed { 0 } else { Source::ALL.len() };
+        self.by_source.add(offset + source.index(), 1);
         if source == Source::NearCache {
             self.near_cache_hits.inc();
         }
@@ -367,14 +393,48 @@ impl Metrics {
     }
 
     pub fn snapshot(&self) -> MetricsSnapshot {
-        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         MetricsSnapshot {
-            allowed: self.allowed.each_ref().map(load),
-            rejected: self.rejected.each_ref().map(load),
+            allowed: std::array::from_fn(|at| self.by_source.get(at)),
+            rejected: std::array::from_fn(|at| self.by_source.get(Source::ALL.len() + at)),
             store_calls: self.store_calls.get(),
             store_errors: self.store_errors_by_kind.iter().map(Counter::get).sum(),
             rollback_failures: self.rollback_failures.get(),
             coalesced_checks: self.coalesced_checks.get(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy_count(metrics: &Metrics, policy: &str, outcome: Outcome) -> u64 {
+        metrics.policy_counters(policy).0[outcome as usize].get()
+    }
+
+    /// Each thread keeps the counters of its recent policies at hand, by
+    /// instance and name: two limiters' metrics counting the same policy
+    /// name on one thread keep their own counts, and a policy pushed out of
+    /// the recent ones is found again.
+    #[test]
+    fn a_policy_is_counted_in_its_own_metrics_whatever_the_thread_keeps() {
+        let (first, second) = (Metrics::default(), Metrics::default());
+        let allowed = Decided {
+            source: Source::Store,
+            allowed: true,
+            shadow_refusal: false,
+        };
+        for _ in 0..3 {
+            first.decided("api", allowed, Duration::ZERO);
+        }
+        second.decided("api", allowed, Duration::ZERO);
+        for other in 0..2 * RECENT_POLICIES_KEPT {
+            first.decided(&format!("p{other}"), allowed, Duration::ZERO);
+        }
+        first.decided("api", allowed, Duration::ZERO);
+        assert_eq!(policy_count(&first, "api", Outcome::allowed), 4);
+        assert_eq!(policy_count(&second, "api", Outcome::allowed), 1);
+        assert_eq!(policy_count(&first, "p0", Outcome::allowed), 1);
+        assert_eq!(policy_count(&first, "api", Outcome::rejected), 0);
     }
 }

@@ -2,17 +2,23 @@
 //! check (the check's time and its store call's); `prometheus-client`'s
 //! histogram takes a mutex per observation, which the profile showed
 //! beside the limiter's own work at 256 callers on two cores. Here an
-//! observation is three relaxed atomic adds; a scrape reads the counts as
-//! they are (a scrape racing observations may see one in `count` and not
-//! yet in `sum`, which Prometheus tolerates, as it does for any histogram
-//! read while it changes).
+//! observation is two relaxed atomic adds on this thread's stripe (see
+//! [`super::striped`]); a scrape reads the counts as they are (a scrape
+//! racing observations may see one in `count` and not yet in `sum`, which
+//! Prometheus tolerates, as it does for any histogram read while it
+//! changes).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::{MetricType, TypedMetric};
+
+use super::striped::StripedArray;
+
+/// A stripe's slots: a count per bound, one past the last (`+Inf`), and
+/// the sum; 16 fill two cache lines.
+const SLOTS: usize = 16;
 
 /// Fixed buckets, upper bounds in seconds; `+Inf` is implied.
 #[derive(Clone, Debug)]
@@ -23,21 +29,26 @@ struct Buckets {
     /// Upper bounds in seconds, as exposed, and in nanoseconds, as compared.
     bounds: Vec<f64>,
     bounds_ns: Vec<u64>,
-    /// One count per bound, and one past the last (`+Inf`).
-    counts: Vec<AtomicU64>,
-    sum_ns: AtomicU64,
+    /// Slot `i` counts the observations of bucket `i` (`bounds.len()` is
+    /// `+Inf`); slot `bounds.len() + 1` is the sum in nanoseconds.
+    slots: StripedArray<SLOTS>,
 }
 
 impl LatencyHistogram {
+    /// At most `SLOTS - 2` bounds.
     pub(crate) fn new(bounds: &[f64]) -> LatencyHistogram {
+        assert!(
+            bounds.len() + 2 <= SLOTS,
+            "a latency histogram has at most {} bounds",
+            SLOTS - 2
+        );
         LatencyHistogram(Arc::new(Buckets {
             bounds: bounds.to_vec(),
             bounds_ns: bounds
                 .iter()
                 .map(|seconds| (seconds * 1e9).round() as u64)
                 .collect(),
-            counts: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
-            sum_ns: AtomicU64::new(0),
+            slots: StripedArray::default(),
         }))
     }
 
@@ -46,8 +57,14 @@ impl LatencyHistogram {
         let ns = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
         // A bucket counts the observations at or under its bound.
         let index = buckets.bounds_ns.partition_point(|&bound| bound < ns);
-        buckets.counts[index].fetch_add(1, Ordering::Relaxed);
-        buckets.sum_ns.fetch_add(ns, Ordering::Relaxed);
+        buckets.slots.add(index, 1);
+        buckets.slots.add(buckets.sum_slot(), ns);
+    }
+}
+
+impl Buckets {
+    fn sum_slot(&self) -> usize {
+        self.bounds.len() + 1
     }
 }
 
@@ -65,11 +82,11 @@ impl EncodeMetric for LatencyHistogram {
             .iter()
             .copied()
             .chain(std::iter::once(f64::INFINITY))
-            .zip(&buckets.counts)
-            .map(|(bound, count)| (bound, count.load(Ordering::Relaxed)))
+            .enumerate()
+            .map(|(slot, bound)| (bound, buckets.slots.get(slot)))
             .collect();
         let count = counts.iter().map(|&(_, count)| count).sum();
-        let sum = buckets.sum_ns.load(Ordering::Relaxed) as f64 / 1e9;
+        let sum = buckets.slots.get(buckets.sum_slot()) as f64 / 1e9;
         encoder.encode_histogram::<NoLabelSet>(sum, count, &counts, None)
     }
 
