@@ -337,3 +337,82 @@ async fn a_failed_rollback_leaves_the_cost_counted() {
         "the refused check's cost stays counted"
     );
 }
+
+/// A counted request whose caller gives up after it was written, in each
+/// of the two orders that can happen: its replies come after (the reader
+/// finds nobody waiting, and takes the addition back), or they reached the
+/// caller's channel just before it gave up (the caller's wait takes the
+/// addition back as it is dropped). Either way memcached ends up counting
+/// nothing: nobody was told the addition counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_addition_whose_caller_gave_up_is_taken_back_whoever_holds_its_replies() {
+    use slidegate::store::{CounterBatch, Counters};
+    use std::task::{Context, Wake, Waker};
+
+    /// A waker that says when the answer reached the caller's channel.
+    struct Answered(tokio::sync::Notify);
+    impl Wake for Answered {
+        fn wake(self: Arc<Self>) {
+            self.0.notify_one();
+        }
+    }
+
+    let memcached = Memcached::start();
+    let proxy = CountingProxy::start(memcached.addr()).await;
+    let now = common::today_ms() + 30_000;
+    let store = store(proxy.addr.clone(), Duration::from_secs(2)).await;
+    let limit = per_minute(1).limits()[0];
+    let batch_of = |key: &str| CounterBatch {
+        reads: Counters::new(),
+        adds: Counters::from_slice(&[CounterKey {
+            digest: KeyDigest::of("api", key),
+            window: limit.window(),
+            bucket: limit.window().bucket_of(now),
+        }]),
+        amount: 1,
+        now_ms: now,
+    };
+    wait_for("the store to answer", PATIENCE, || async {
+        store.ping().await.is_ok()
+    })
+    .await;
+
+    // Replies held back: the caller is gone before they come.
+    proxy.delay_replies(1_000);
+    let batch = batch_of("replies-after");
+    let mut call = Box::pin(store.read_and_add(&batch));
+    let mut context = Context::from_waker(Waker::noop());
+    assert!(call.as_mut().poll(&mut context).is_pending());
+    wait_for("the addition to reach memcached", PATIENCE, || async {
+        counter_value(&memcached, &store, "replies-after", now) == 1
+    })
+    .await;
+    drop(call);
+    wait_for("the reader to take the addition back", PATIENCE, || async {
+        counter_value(&memcached, &store, "replies-after", now) == 0
+    })
+    .await;
+    proxy.delay_replies(0);
+
+    // Replies in the caller's channel, unread, when it gives up.
+    let answered = Arc::new(Answered(tokio::sync::Notify::new()));
+    let waker = Waker::from(answered.clone());
+    let batch = batch_of("replies-before");
+    let mut call = Box::pin(store.read_and_add(&batch));
+    assert!(
+        call.as_mut()
+            .poll(&mut Context::from_waker(&waker))
+            .is_pending()
+    );
+    tokio::time::timeout(PATIENCE, answered.0.notified())
+        .await
+        .expect("the answer never came");
+    assert_eq!(counter_value(&memcached, &store, "replies-before", now), 1);
+    drop(call);
+    wait_for(
+        "the caller's wait to take the addition back",
+        PATIENCE,
+        || async { counter_value(&memcached, &store, "replies-before", now) == 0 },
+    )
+    .await;
+}

@@ -30,7 +30,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 pub use self::conn::ConnectionStates;
-use self::conn::{Commands, Delivery, Node, Settings};
+use self::conn::{Additions, Commands, Delivery, Node, Settings};
 use self::dial::Dialer;
 use self::wire::{Command, Reply};
 use super::{
@@ -236,7 +236,12 @@ impl Store for MemcachedStore {
         }
         // An addition whose caller gives up after it was applied is taken
         // back, so Memcached counts only what was reported as counted.
-        let replies = node.call(commands, Delivery::UndoIfUnclaimed).await?;
+        let additions = Additions {
+            counters: &batch.adds,
+            amount: batch.amount,
+            first_reply: batch.reads.len(),
+        };
+        let replies = node.call_counted(commands, additions).await?;
         let (read, added) = replies.split_at(batch.reads.len().min(replies.len()));
         if read.len() != batch.reads.len() || added.len() != batch.adds.len() {
             return Err(unexpected("answers missing from a batch"));

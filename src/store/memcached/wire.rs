@@ -63,6 +63,17 @@ impl Command {
             Command::Add { .. } | Command::Subtract { .. } | Command::Remove(_)
         )
     }
+
+    /// The counter and amount an addition adds; `None` for any other
+    /// command. What a take-back subtracts.
+    pub fn addition(&self) -> Option<(CounterKey, u64)> {
+        match *self {
+            Command::Add {
+                counter, amount, ..
+            } => Some((counter, amount)),
+            _ => None,
+        }
+    }
 }
 
 /// What memcached answered to one command.

@@ -12,15 +12,17 @@
 //! | [`queue`] | the callers' queue and the batching of writes |
 //! | [`reader`] | the reader and its FIFO of written requests; outcomes and their undo |
 //! | [`health`] | the pure policy: overdue, stalled, extra connections, which slot takes a request |
+//! | [`unclaimed`] | a counted request's wait, which takes its additions back if its caller gives up |
 //!
 //! The stream stays in step whatever the callers do:
 //! - a request whose caller stopped waiting before it was written is not
 //!   sent at all, so the counters are untouched;
 //! - a request whose caller stopped waiting after it was written keeps its
 //!   place: its replies are read and dropped in order. If they carry
-//!   additions that were applied, the additions are taken back (an
-//!   [`Outcome`] that nobody claims undoes itself), so Memcached counts only
-//!   what a caller was told was counted;
+//!   additions that were applied, the additions are taken back (by the
+//!   reader, or by the caller's [`Unclaimed`] wait if the replies reached
+//!   it first), so Memcached counts only what a caller was told was
+//!   counted;
 //! - every command carries an opaque token that the reply must echo, so a
 //!   reply can never be paired with the wrong command;
 //! - a parse error, EOF, a write error, or a reply overdue beyond the stall
@@ -38,6 +40,7 @@ mod health;
 mod queue;
 mod reader;
 mod slot;
+mod unclaimed;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
@@ -48,12 +51,15 @@ use tokio::sync::{mpsc, oneshot};
 
 use self::health::{Bounds, Phase, Pick, State, View};
 use self::queue::Request;
+use self::reader::Answer;
 use self::slot::{Slot, supervise, supervise_extra};
+use self::unclaimed::Unclaimed;
 use super::dial::Dialer;
 use super::wire::{Command, Reply};
 use crate::store::StoreError;
 
 pub use self::queue::Delivery;
+pub use self::unclaimed::Additions;
 
 pub type Commands = SmallVec<[Command; 4]>;
 pub type Replies = SmallVec<[Reply; 4]>;
@@ -356,8 +362,38 @@ impl Node {
         commands: Commands,
         delivery: Delivery,
     ) -> Result<Replies, StoreError> {
+        let (_, answer) = self.send(commands, delivery)?;
+        answer
+            .await
+            .unwrap_or_else(|_| Err(ended_without_answering()))
+    }
+
+    /// Send `commands`, some of which are `additions`, and wait for their
+    /// replies. A caller that stops waiting is not counted: if it goes
+    /// after the replies reached it, it takes the additions back itself
+    /// (see [`Unclaimed`]); if before, the reader does.
+    pub async fn call_counted(
+        &self,
+        commands: Commands,
+        additions: Additions<'_>,
+    ) -> Result<Replies, StoreError> {
+        let (index, answer) = self.send(commands, Delivery::UndoIfUnclaimed)?;
+        Unclaimed {
+            answer: Some(answer),
+            additions,
+            queue: &self.queues[index],
+        }
+        .await
+    }
+
+    /// Route and queue a request; its answer comes on the receiver.
+    fn send(
+        &self,
+        commands: Commands,
+        delivery: Delivery,
+    ) -> Result<(usize, oneshot::Receiver<Answer>), StoreError> {
         let index = self.route(delivery)?;
-        let (reply, receiver) = oneshot::channel();
+        let (reply, answer) = oneshot::channel();
         let request = Request {
             commands,
             delivery,
@@ -380,13 +416,12 @@ impl Node {
                     }
                 })?;
         }
-        match receiver.await {
-            Ok(outcome) => outcome.claim(),
-            Err(_) => Err(StoreError::Unreachable(
-                "the connection ended without answering".to_owned(),
-            )),
-        }
+        Ok((index, answer))
     }
+}
+
+pub(super) fn ended_without_answering() -> StoreError {
+    StoreError::Unreachable("the connection ended without answering".to_owned())
 }
 
 fn overdue() -> StoreError {

@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::reader::{InFlight, Outcome, Shared};
+use super::reader::{Answer, InFlight, Shared};
 use super::{Commands, NodeClock};
 use crate::store::StoreError;
 use crate::store::memcached::wire;
@@ -42,7 +42,7 @@ pub(super) struct Request {
     pub commands: Commands,
     pub delivery: Delivery,
     /// `None` for a compensation that nobody waits for.
-    pub reply: Option<oneshot::Sender<Outcome>>,
+    pub reply: Option<oneshot::Sender<Answer>>,
 }
 
 impl Request {
@@ -55,7 +55,7 @@ impl Request {
 /// happened.
 pub(super) fn fail_unsent(request: Request, why: &str) {
     if let Some(reply) = request.reply {
-        let _ = reply.send(Outcome::failed(StoreError::Unreachable(why.to_owned())));
+        let _ = reply.send(Err(StoreError::Unreachable(why.to_owned())));
     } else {
         tracing::warn!(why, "a rollback could not be sent");
     }
@@ -150,7 +150,6 @@ pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
     if let Some(request) = first {
         batch.push(request);
     }
-    let mut entries: Vec<(Request, u32)> = Vec::with_capacity(64);
     let mut buffer = Vec::with_capacity(64 * 1024);
     let mut opaque: u32 = 0;
     let end = |queue, node_dropped, error, batch: &mut Batch| WriterEnd {
@@ -214,34 +213,44 @@ pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
                 },
             }
         }
+        // Its caller gave up before it was sent: it never happened. Decided
+        // once, here: what is encoded below is exactly what goes in flight.
+        batch.requests.retain(|request| !request.abandoned());
+        if batch.requests.is_empty() {
+            batch.restart();
+            continue;
+        }
         buffer.clear();
-        for request in batch.requests.drain(..) {
-            if request.abandoned() {
-                // Its caller gave up before it was sent: it never happened.
-                continue;
-            }
-            let first_opaque = opaque;
+        let first_opaque = opaque;
+        for request in &batch.requests {
             for command in &request.commands {
                 wire::encode(command, &namespace, opaque, &mut buffer);
                 opaque = opaque.wrapping_add(1);
             }
-            entries.push((request, first_opaque));
-        }
-        batch.restart();
-        if entries.is_empty() {
-            continue;
         }
         let written_us = clock.now_us();
-        let last = entries.len() - 1;
+        let last = batch.requests.len() - 1;
         shared.writes_out.fetch_add(1, Ordering::AcqRel);
-        shared.in_flight().extend(entries.drain(..).enumerate().map(
-            |(index, (request, first_opaque))| InFlight {
-                request,
-                first_opaque,
-                written_us,
-                ends_write: index == last,
-            },
-        ));
+        // Moved once, from the batch into the FIFO (a request is a few
+        // hundred bytes, and moving them was the writer's largest cost).
+        let mut next_opaque = first_opaque;
+        shared.in_flight().extend(
+            batch
+                .requests
+                .drain(..)
+                .enumerate()
+                .map(|(index, request)| {
+                    let first_opaque = next_opaque;
+                    next_opaque = next_opaque.wrapping_add(request.commands.len() as u32);
+                    InFlight {
+                        request,
+                        first_opaque,
+                        written_us,
+                        ends_write: index == last,
+                    }
+                }),
+        );
+        batch.restart();
         tokio::select! {
             biased;
             _ = stopped.changed() => return end(queue, false, None, &mut batch),

@@ -12,54 +12,31 @@ use tokio::sync::{Notify, mpsc, watch};
 
 use super::queue::{Delivery, Request, fail_unsent};
 use super::{Commands, Replies, SlotStatus};
-use crate::store::StoreError;
 use crate::store::memcached::wire::{self, Command, Reply};
+use crate::store::{CounterKey, StoreError};
 
-/// Replies on their way to a caller. Dropped unclaimed (the caller timed
-/// out just as they arrived), it takes back the additions they applied.
-pub struct Outcome {
-    result: Result<Replies, StoreError>,
-    undo: Option<Undo>,
-}
+/// A request's replies, or why there are none, on their way to its caller.
+pub type Answer = Result<Replies, StoreError>;
 
-struct Undo {
-    commands: Commands,
-    queue: mpsc::WeakSender<Request>,
-}
-
-impl Outcome {
-    pub(super) fn failed(error: StoreError) -> Outcome {
-        Outcome {
-            result: Err(error),
-            undo: None,
-        }
-    }
-
-    pub fn claim(mut self) -> Result<Replies, StoreError> {
-        self.undo = None;
-        std::mem::replace(&mut self.result, Ok(Replies::new()))
-    }
-}
-
-impl Drop for Outcome {
-    fn drop(&mut self) {
-        let Some(undo) = self.undo.take() else {
-            return;
-        };
-        let request = Request {
-            commands: undo.commands,
-            delivery: Delivery::Always,
-            reply: None,
-        };
-        match undo.queue.upgrade() {
-            Some(queue) => send_even_if_full(&queue, request),
-            None => {
-                tracing::warn!(
-                    "could not take back the additions of a request whose caller gave up"
-                );
+/// The take-back of the additions that were applied, given each command's
+/// addition (`None` for a command that adds nothing) beside its reply: a
+/// subtraction of each; `None` when nothing was added.
+pub(super) fn take_back_of<'a>(
+    pairs: impl Iterator<Item = (Option<(CounterKey, u64)>, &'a Reply)>,
+) -> Option<Request> {
+    let commands: Commands = pairs
+        .filter_map(|(addition, reply)| match (addition, reply) {
+            (Some((counter, amount)), Reply::Value(_)) => {
+                Some(Command::Subtract { counter, amount })
             }
-        }
-    }
+            _ => None,
+        })
+        .collect();
+    (!commands.is_empty()).then_some(Request {
+        commands,
+        delivery: Delivery::Always,
+        reply: None,
+    })
 }
 
 /// Queue a request that must happen (a take-back): at once when there is
@@ -109,7 +86,7 @@ pub(super) fn fail_written(entry: InFlight, why: &str) {
         StoreError::Unreachable(why.to_owned())
     };
     if let Some(reply) = entry.request.reply {
-        let _ = reply.send(Outcome::failed(error));
+        let _ = reply.send(Err(error));
     }
 }
 
@@ -277,44 +254,43 @@ fn check_pairing(
     }
 }
 
-/// Hand a request its replies. Additions that were applied are armed to be
-/// taken back if the caller never claims them.
+/// Hand a request its replies. If its caller is gone and the request
+/// asked for it, the additions that were applied are taken back: nobody
+/// was told they were counted. (A caller that goes after the replies
+/// reached it takes them back itself: see `Node::call_counted`.)
 fn complete(entry: InFlight, replies: Replies, requeue: &mpsc::WeakSender<Request>) {
     let Some(reply) = entry.request.reply else {
         return;
     };
-    let undo = (entry.request.delivery == Delivery::UndoIfUnclaimed)
-        .then(|| {
-            entry
-                .request
-                .commands
-                .iter()
-                .zip(&replies)
-                .filter_map(|(command, reply)| match (command, reply) {
-                    (
-                        Command::Add {
-                            counter, amount, ..
-                        },
-                        Reply::Value(_),
-                    ) => Some(Command::Subtract {
-                        counter: *counter,
-                        amount: *amount,
-                    }),
-                    _ => None,
-                })
-                .collect::<Commands>()
-        })
-        .filter(|commands| !commands.is_empty())
-        .map(|commands| Undo {
-            commands,
-            queue: requeue.clone(),
-        });
-    // If the caller is gone, the outcome comes back and is dropped here,
-    // which sends the undo.
-    let _ = reply.send(Outcome {
-        result: Ok(replies),
-        undo,
-    });
+    let Err(unclaimed) = reply.send(Ok(replies)) else {
+        return;
+    };
+    if entry.request.delivery != Delivery::UndoIfUnclaimed {
+        return;
+    }
+    let Ok(replies) = unclaimed else {
+        return;
+    };
+    let pairs = entry
+        .request
+        .commands
+        .iter()
+        .map(Command::addition)
+        .zip(&replies);
+    if let Some(take_back) = take_back_of(pairs) {
+        queue_take_back(requeue, take_back);
+    }
+}
+
+/// Queue a take-back on the connection slot's queue, if the node is still
+/// there to take it.
+pub(super) fn queue_take_back(queue: &mpsc::WeakSender<Request>, take_back: Request) {
+    match queue.upgrade() {
+        Some(queue) => send_even_if_full(&queue, take_back),
+        None => {
+            tracing::warn!("could not take back the additions of a request whose caller gave up");
+        }
+    }
 }
 
 #[cfg(test)]
