@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use slidegate::{Limit, Limiter, MemcachedOptions, MemcachedStore, Policy};
+use slidegate::{Limit, Limiter, MemcachedOptions, MemcachedStore, Policy, Source};
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -40,6 +40,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .timeout(std::time::Duration::from_secs(5))
             .build(),
     );
+    // Connected before counting: a check the failure mode decided would
+    // measure nothing of the store path.
+    let connected = std::time::Instant::now();
+    while limiter.ready().await.is_err() {
+        if connected.elapsed() > std::time::Duration::from_secs(10) {
+            return Err("memcached did not answer within 10 s".into());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
     let policy = Arc::new(Policy::new(
         "instr",
         vec![Limit::new(1_000_000_000_000, 60_000, 1)?],
@@ -52,7 +61,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 for index in (caller..checks).step_by(callers as usize) {
                     let key = if hot { 0 } else { index };
                     let decision = limiter.check(&format!("k{key}"), &policy, 1).await;
-                    assert!(decision.is_ok_and(|decision| decision.allowed));
+                    assert!(
+                        decision.is_ok_and(
+                            |decision| decision.allowed && decision.source == Source::Store
+                        ),
+                        "every check is admitted by the store"
+                    );
                     made += 1;
                 }
                 made
