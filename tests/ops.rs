@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::http::{self, Response};
+use common::in_process;
 use slidegate::config::reload::Reloader;
 use slidegate::config::{Config, Overrides};
 use slidegate::server::ops::TopRefused;
@@ -68,17 +69,12 @@ impl Service {
         std::fs::write(&file, text).unwrap();
         let config = Config::load(&overrides(&file)).unwrap_or_else(|error| panic!("{error}"));
         let app = Arc::new(App::from_config(&config).await.expect("the store"));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (stop, stopped) = oneshot::channel::<()>();
-        tokio::spawn(server::serve(listener, app.clone(), async {
-            let _ = stopped.await;
-        }));
+        let served = in_process::serve(server::serve, app.clone()).await;
         Service {
-            addr,
+            addr: served.addr,
             app,
             file,
-            _stop: stop,
+            _stop: served.stop,
         }
     }
 

@@ -6,6 +6,8 @@
 #![allow(dead_code)]
 
 pub mod http;
+#[cfg(feature = "server")]
+pub mod in_process;
 pub mod metrics;
 pub mod process;
 pub mod proxy;
