@@ -146,12 +146,7 @@ async fn counts_are_exact_over_tls() {
             .build(),
     );
     let policy = per_minute(5);
-    let tasks: Vec<_> = (0..50)
-        .map(|_| {
-            let (limiter, policy) = (limiter.clone(), policy.clone());
-            tokio::spawn(async move { limiter.check("client", &policy, 1).await.unwrap() })
-        })
-        .collect();
+    let tasks = common::spawn_checks(&limiter, "client", &policy, 50);
     let mut admitted = 0;
     for task in tasks {
         let decision = task.await.unwrap();
