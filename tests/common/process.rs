@@ -202,6 +202,21 @@ pub fn start_announcing(mut command: Command, announce: &'static str) -> (Logged
     (process, word)
 }
 
+/// Run `command` (a tool that makes files, say) to its end and require
+/// success; its output. A failure panics with the command and its stderr.
+pub fn succeed(mut command: Command) -> std::process::Output {
+    let output = command
+        .output()
+        .unwrap_or_else(|error| panic!("cannot run {command:?}: {error}"));
+    assert!(
+        output.status.success(),
+        "{command:?} failed ({}): {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
 /// Run `command` to its end, killed and failed past `limit`: a hung server
 /// must fail the test, not hang it.
 pub fn output_within(mut command: Command, limit: Duration) -> std::process::Output {

@@ -125,18 +125,13 @@ pub fn grpc_python_stubs(python: &Path, out: &Path, files: &[&str]) {
         .expect("python runs");
     let well_known = String::from_utf8(well_known.stdout).expect("a path");
     let protos = Path::new(env!("CARGO_MANIFEST_DIR")).join("proto");
-    let output = Command::new(python)
+    let mut protoc = Command::new(python);
+    protoc
         .args(["-m", "grpc_tools.protoc"])
         .arg(format!("-I{}", protos.display()))
         .arg(format!("-I{}", well_known.trim()))
         .arg(format!("--python_out={}", out.display()))
         .arg(format!("--grpc_python_out={}", out.display()))
-        .args(files)
-        .output()
-        .expect("grpc_tools.protoc runs");
-    assert!(
-        output.status.success(),
-        "grpc_tools.protoc failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+        .args(files);
+    super::process::succeed(protoc);
 }
