@@ -197,25 +197,40 @@ async fn limits_through(proxy: SocketAddr) {
     assert_admitted(&other, LIMIT - 1, "127.0.0.3");
 }
 
+/// A stack with `proxy` in front of it, run by `command` (given the stack's
+/// directory and the path of the shipped `config`, rewritten to the
+/// stack's ports); the limits checked through it.
+async fn limits_through_proxy(
+    proxy: &str,
+    config: &str,
+    command: impl FnOnce(&Path, &Path) -> Command,
+) {
+    let stack = stack(&format!("slidegate-{proxy}")).await;
+    let file = stack.dir.join(config);
+    std::fs::write(&file, stack.ports.rewrite(&shipped(config))).unwrap();
+    let log = stack.dir.join(format!("{proxy}.log"));
+    let mut daemon = Daemon::start(proxy, command(&stack.dir, &file), &log);
+    daemon.wait_for(stack.ports.proxy);
+    limits_through(stack.ports.proxy).await;
+}
+
 #[tokio::test]
 async fn nginx_auth_request_limits_the_api() {
     let found = tools::debian("nginx", "nginx");
     let Some(nginx) = tools::require("nginx_auth_request_limits_the_api", "nginx", found) else {
         return;
     };
-    let stack = stack("slidegate-nginx").await;
-    let config = stack.dir.join("nginx.conf");
-    std::fs::write(&config, stack.ports.rewrite(&shipped("nginx.conf"))).unwrap();
-    let mut command = Command::new(nginx);
-    command
-        .arg("-p")
-        .arg(&stack.dir)
-        .arg("-c")
-        .arg(&config)
-        .args(["-g", "daemon off; pid nginx.pid;"]);
-    let mut daemon = Daemon::start("nginx", command, &stack.dir.join("nginx.log"));
-    daemon.wait_for(stack.ports.proxy);
-    limits_through(stack.ports.proxy).await;
+    limits_through_proxy("nginx", "nginx.conf", |dir, config| {
+        let mut command = Command::new(nginx);
+        command
+            .arg("-p")
+            .arg(dir)
+            .arg("-c")
+            .arg(config)
+            .args(["-g", "daemon off; pid nginx.pid;"]);
+        command
+    })
+    .await;
     // The 403 slidegate answers nginx never reaches a client: the recipe
     // turned every one into a 429 above.
 }
@@ -226,20 +241,18 @@ async fn caddy_forward_auth_limits_the_api() {
     let Some(caddy) = tools::require("caddy_forward_auth_limits_the_api", "caddy", found) else {
         return;
     };
-    let stack = stack("slidegate-caddy").await;
-    let config = stack.dir.join("Caddyfile");
-    std::fs::write(&config, stack.ports.rewrite(&shipped("Caddyfile"))).unwrap();
-    let mut command = Command::new(caddy);
-    command
-        .args(["run", "--adapter", "caddyfile", "--config"])
-        .arg(&config)
-        // Caddy keeps state under $HOME and the XDG directories.
-        .env("HOME", &stack.dir)
-        .env("XDG_DATA_HOME", &stack.dir)
-        .env("XDG_CONFIG_HOME", &stack.dir);
-    let mut daemon = Daemon::start("caddy", command, &stack.dir.join("caddy.log"));
-    daemon.wait_for(stack.ports.proxy);
-    limits_through(stack.ports.proxy).await;
+    limits_through_proxy("caddy", "Caddyfile", |dir, config| {
+        let mut command = Command::new(caddy);
+        command
+            .args(["run", "--adapter", "caddyfile", "--config"])
+            .arg(config)
+            // Caddy keeps state under $HOME and the XDG directories.
+            .env("HOME", dir)
+            .env("XDG_DATA_HOME", dir)
+            .env("XDG_CONFIG_HOME", dir);
+        command
+    })
+    .await;
 }
 
 /// Without a proxy in between, a peer slidegate does not trust cannot pick
