@@ -197,30 +197,33 @@ async fn limits_through(proxy: SocketAddr) {
     assert_admitted(&other, LIMIT - 1, "127.0.0.3");
 }
 
-/// A stack with `proxy` in front of it, run by `command` (given the stack's
-/// directory and the path of the shipped `config`, rewritten to the
-/// stack's ports); the limits checked through it.
+/// For `test`: Debian's `proxy` (installed when missing, see
+/// tests/common/tools.rs) in front of a stack, run by `command` (given its
+/// binary, the stack's directory and the path of the shipped `config`,
+/// rewritten to the stack's ports); the limits checked through it.
 async fn limits_through_proxy(
+    test: &str,
     proxy: &str,
     config: &str,
-    command: impl FnOnce(&Path, &Path) -> Command,
+    command: impl FnOnce(PathBuf, &Path, &Path) -> Command,
 ) {
+    let found = tools::debian(proxy, proxy);
+    let Some(binary) = tools::require(test, proxy, found) else {
+        return;
+    };
     let stack = stack(&format!("slidegate-{proxy}")).await;
     let file = stack.dir.join(config);
     std::fs::write(&file, stack.ports.rewrite(&shipped(config))).unwrap();
     let log = stack.dir.join(format!("{proxy}.log"));
-    let mut daemon = Daemon::start(proxy, command(&stack.dir, &file), &log);
+    let mut daemon = Daemon::start(proxy, command(binary, &stack.dir, &file), &log);
     daemon.wait_for(stack.ports.proxy);
     limits_through(stack.ports.proxy).await;
 }
 
 #[tokio::test]
 async fn nginx_auth_request_limits_the_api() {
-    let found = tools::debian("nginx", "nginx");
-    let Some(nginx) = tools::require("nginx_auth_request_limits_the_api", "nginx", found) else {
-        return;
-    };
-    limits_through_proxy("nginx", "nginx.conf", |dir, config| {
+    let test = "nginx_auth_request_limits_the_api";
+    limits_through_proxy(test, "nginx", "nginx.conf", |nginx, dir, config| {
         let mut command = Command::new(nginx);
         command
             .arg("-p")
@@ -237,11 +240,8 @@ async fn nginx_auth_request_limits_the_api() {
 
 #[tokio::test]
 async fn caddy_forward_auth_limits_the_api() {
-    let found = tools::debian("caddy", "caddy");
-    let Some(caddy) = tools::require("caddy_forward_auth_limits_the_api", "caddy", found) else {
-        return;
-    };
-    limits_through_proxy("caddy", "Caddyfile", |dir, config| {
+    let test = "caddy_forward_auth_limits_the_api";
+    limits_through_proxy(test, "caddy", "Caddyfile", |caddy, dir, config| {
         let mut command = Command::new(caddy);
         command
             .args(["run", "--adapter", "caddyfile", "--config"])
