@@ -370,15 +370,10 @@ async fn concurrent_checks_admit_exactly_the_limit<S: Store>(store: S) {
     let (limiter, clock) = limiter(store, 30_000);
     let limiter = std::sync::Arc::new(limiter);
     let api = std::sync::Arc::new(policy("api", &[limit(5, MINUTE, 1)]));
-    let tasks: Vec<_> = (0..100)
-        .map(|_| {
-            let (limiter, api) = (limiter.clone(), api.clone());
-            tokio::spawn(async move { limiter.check("k", &api, 1).await.unwrap().allowed })
-        })
-        .collect();
+    let tasks = common::spawn_checks(&limiter, "k", &api, 100);
     let mut admitted = 0;
     for task in tasks {
-        admitted += usize::from(task.await.unwrap());
+        admitted += usize::from(task.await.unwrap().allowed);
     }
     assert_eq!(admitted, 5);
     assert_eq!(estimates(&limiter.peek("k", &api, 1).await.unwrap()), [5.0]);

@@ -12,6 +12,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use common::http;
+use common::in_process;
 use serde_json::json;
 use slidegate::config::{Config, Overrides};
 use slidegate::server::{self, App};
@@ -35,13 +36,11 @@ fn resolve(toml: &str) -> Result<Config, String> {
 async fn serve(toml: &str) -> Served {
     let config = resolve(toml).expect("a valid configuration");
     let app = Arc::new(App::from_config(&config).await.expect("the app"));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = oneshot::channel::<()>();
-    tokio::spawn(server::serve(listener, app, async {
-        let _ = stopped.await;
-    }));
-    Served { addr, _stop: stop }
+    let served = in_process::serve(server::serve, app).await;
+    Served {
+        addr: served.addr,
+        _stop: served.stop,
+    }
 }
 
 /// `count` limits at precision 1000, each with its own window.

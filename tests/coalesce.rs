@@ -63,12 +63,7 @@ async fn refused_waits_are_exact(coalesce: bool) -> (usize, usize) {
     // The first exchange is held until every task has arrived, so all 256
     // are in flight together, whatever the machine's scheduling.
     proxy.hold();
-    let tasks: Vec<_> = (0..256)
-        .map(|_| {
-            let (limiter, policy) = (limiter.clone(), policy.clone());
-            tokio::spawn(async move { limiter.check("tenant", &policy, 1).await.unwrap() })
-        })
-        .collect();
+    let tasks = common::spawn_checks(&limiter, "tenant", &policy, 256);
     proxy.holding_a_request().await;
     let all_arrived = std::time::Instant::now();
     while coalesce && limiter.metrics().coalesced_checks < 255 {
@@ -131,12 +126,7 @@ async fn a_freed_short_limit_admits_at_once() {
         )
         .unwrap(),
     );
-    let tasks: Vec<_> = (0..64)
-        .map(|_| {
-            let (limiter, policy) = (limiter.clone(), policy.clone());
-            tokio::spawn(async move { limiter.check("tenant", &policy, 1).await.unwrap() })
-        })
-        .collect();
+    let tasks = common::spawn_checks(&limiter, "tenant", &policy, 64);
     let mut admitted = 0;
     for task in tasks {
         admitted += usize::from(task.await.unwrap().allowed);

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::http::{self, Response};
+use common::in_process;
 use common::metrics;
 use common::wait::{PATIENCE, wait_for};
 use serde_json::json;
@@ -60,18 +61,13 @@ async fn spawn_app(store: AnyStore, mode: FailureMode, auth: AuthConfig) -> Test
         .timeout(Duration::from_millis(500))
         .build();
     let app = Arc::new(App::new(limiter, policies(), auth));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let served = tokio::spawn(server::serve(listener, app.clone(), async {
-        let _ = stopped.await;
-    }));
+    let served = in_process::serve(server::serve, app.clone()).await;
     TestApp {
-        addr,
+        addr: served.addr,
         app,
         clock,
-        stop: Some(stop),
-        served,
+        stop: Some(served.stop),
+        served: served.task,
     }
 }
 

@@ -172,12 +172,11 @@ async fn readiness_names_a_lost_node_and_stays_ready_while_another_answers() {
         .timeout(Duration::from_secs(2))
         .build();
     let app = Arc::new(App::new(limiter, Vec::new(), AuthConfig::default()));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let served = tokio::spawn(server::serve(listener, app, async {
-        let _ = stopped.await;
-    }));
+    let common::in_process::Served {
+        addr,
+        stop,
+        task: served,
+    } = common::in_process::serve(server::serve, app).await;
     let state_of = |body: &serde_json::Value, node: &str| {
         body["nodes"]
             .as_array()

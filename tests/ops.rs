@@ -16,6 +16,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::http::{self, Response};
+use common::in_process;
+use common::tools;
 use slidegate::config::reload::Reloader;
 use slidegate::config::{Config, Overrides};
 use slidegate::server::ops::TopRefused;
@@ -68,17 +70,12 @@ impl Service {
         std::fs::write(&file, text).unwrap();
         let config = Config::load(&overrides(&file)).unwrap_or_else(|error| panic!("{error}"));
         let app = Arc::new(App::from_config(&config).await.expect("the store"));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (stop, stopped) = oneshot::channel::<()>();
-        tokio::spawn(server::serve(listener, app.clone(), async {
-            let _ = stopped.await;
-        }));
+        let served = in_process::serve(server::serve, app.clone()).await;
         Service {
-            addr,
+            addr: served.addr,
             app,
             file,
-            _stop: stop,
+            _stop: served.stop,
         }
     }
 
@@ -116,17 +113,6 @@ fn on_memcached(namespace: &str, rest: &str) -> String {
 
 fn check(key: &str, policy: &str) -> serde_json::Value {
     serde_json::json!({ "key": key, "policy": policy })
-}
-
-/// What a missing tool means: under CI a failure; elsewhere a failure too,
-/// unless SLIDEGATE_ALLOW_SKIP=1 says a skip is acceptable (loudly).
-fn missing(tool: &str) {
-    let allowed = std::env::var("SLIDEGATE_ALLOW_SKIP").is_ok_and(|value| value == "1");
-    let ci = std::env::var("CI").is_ok_and(|value| value == "true");
-    if ci || !allowed {
-        panic!("{tool} cannot be had; set SLIDEGATE_ALLOW_SKIP=1 (not under CI) to skip");
-    }
-    eprintln!("\n==== SKIPPED: {tool} cannot be had; this test did NOT run ====\n");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -447,35 +433,6 @@ async fn exempt_keys_and_addresses_pass_uncounted_and_follow_reloads() {
     );
 }
 
-/// A Python virtual environment under target/ with these packages, made
-/// once; `None` when it cannot be had.
-fn python_venv(name: &str, packages: &[&str]) -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("target")
-        .join(name);
-    let python = dir.join("bin").join("python");
-    let ready = dir.join("ready");
-    if ready.is_file() {
-        return Some(python);
-    }
-    let made = Command::new("python3")
-        .args(["-m", "venv"])
-        .arg(&dir)
-        .status()
-        .is_ok_and(|status| status.success());
-    let installed = made
-        && Command::new(&python)
-            .args(["-m", "pip", "install", "-q", "--disable-pip-version-check"])
-            .args(packages)
-            .status()
-            .is_ok_and(|status| status.success());
-    if !installed {
-        return None;
-    }
-    std::fs::write(&ready, packages.join("\n")).ok()?;
-    Some(python)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_openapi_document_validates_and_so_do_live_answers() {
     let document = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/openapi.json");
@@ -640,15 +597,20 @@ async fn the_openapi_document_validates_and_so_do_live_answers() {
         );
     }
 
-    let Some(python) = python_venv(
-        "test-venv-ops",
+    let found = tools::python_with(
         &[
             "openapi-spec-validator==0.7.1",
             "jsonschema==4.23.0",
             "openapi-python-client==0.29.1",
         ],
+        "openapi_spec_validator, jsonschema, openapi_python_client",
+    );
+    let Some(python) = tools::require(
+        "the_openapi_document_validates_and_so_do_live_answers",
+        "python openapi-spec-validator, jsonschema, openapi-python-client (pip)",
+        found,
     ) else {
-        return missing("python openapi-spec-validator, jsonschema, openapi-python-client (pip)");
+        return;
     };
     let answers_file = common::process::temp_dir("slidegate-openapi").join("answers.json");
     std::fs::write(&answers_file, serde_json::to_string(&answers).unwrap()).unwrap();
@@ -728,12 +690,15 @@ async fn the_status_page_renders_in_headless_chromium() {
         "no external assets"
     );
 
-    let chromium =
-        tokio::task::spawn_blocking(|| common::process::installed("chromium", "chromium"))
-            .await
-            .unwrap();
-    let Some(chromium) = chromium else {
-        return missing("chromium (apt-get install chromium)");
+    let found = tokio::task::spawn_blocking(|| tools::debian("chromium", "chromium"))
+        .await
+        .unwrap();
+    let Some(chromium) = tools::require(
+        "the_status_page_renders_in_headless_chromium",
+        "chromium",
+        found,
+    ) else {
+        return;
     };
     let profile = common::process::temp_dir("slidegate-chromium");
     let url = format!("http://{}/#token={TOKEN}", service.addr);

@@ -119,16 +119,7 @@ async fn through(proxy: SocketAddr, from: &str, headers: &[(&str, &str)]) -> Res
 fn assert_admitted(response: &Response, remaining: usize, what: &str) {
     assert_eq!(response.status, 200, "{what}: {}", response.body);
     assert_eq!(response.body, "hello from the API", "{what}");
-    assert_eq!(
-        response.header("ratelimit-policy"),
-        Some("\"api\";q=5;w=60"),
-        "{what}"
-    );
-    let state = response.header("ratelimit").unwrap_or_default();
-    assert!(
-        state.starts_with(&format!("\"api\";r={remaining};")),
-        "{what}: RateLimit {state:?}"
-    );
+    assert_ratelimit_headers(response, remaining, what);
 }
 
 fn assert_refused(response: &Response, what: &str) {
@@ -143,6 +134,11 @@ fn assert_refused(response: &Response, what: &str) {
         .unwrap_or_else(|| panic!("{what}: no Retry-After in {:?}", response.headers));
     // At most a window and a bucket share: 5 a minute frees one in 72 s.
     assert!((1..=72).contains(&retry), "{what}: Retry-After {retry}");
+    assert_ratelimit_headers(response, 0, what);
+}
+
+/// The RateLimit headers of the shipped policy, `remaining` left.
+fn assert_ratelimit_headers(response: &Response, remaining: usize, what: &str) {
     assert_eq!(
         response.header("ratelimit-policy"),
         Some("\"api\";q=5;w=60"),
@@ -150,7 +146,7 @@ fn assert_refused(response: &Response, what: &str) {
     );
     let state = response.header("ratelimit").unwrap_or_default();
     assert!(
-        state.starts_with("\"api\";r=0;"),
+        state.starts_with(&format!("\"api\";r={remaining};")),
         "{what}: RateLimit {state:?}"
     );
 }
@@ -197,49 +193,62 @@ async fn limits_through(proxy: SocketAddr) {
     assert_admitted(&other, LIMIT - 1, "127.0.0.3");
 }
 
-#[tokio::test]
-async fn nginx_auth_request_limits_the_api() {
-    let found = tools::debian("nginx", "nginx");
-    let Some(nginx) = tools::require("nginx_auth_request_limits_the_api", "nginx", found) else {
+/// For `test`: Debian's `proxy` (installed when missing, see
+/// tests/common/tools.rs) in front of a stack, run by `command` (given its
+/// binary, the stack's directory and the path of the shipped `config`,
+/// rewritten to the stack's ports); the limits checked through it.
+async fn limits_through_proxy(
+    test: &str,
+    proxy: &str,
+    config: &str,
+    command: impl FnOnce(PathBuf, &Path, &Path) -> Command,
+) {
+    let found = tools::debian(proxy, proxy);
+    let Some(binary) = tools::require(test, proxy, found) else {
         return;
     };
-    let stack = stack("slidegate-nginx").await;
-    let config = stack.dir.join("nginx.conf");
-    std::fs::write(&config, stack.ports.rewrite(&shipped("nginx.conf"))).unwrap();
-    let mut command = Command::new(nginx);
-    command
-        .arg("-p")
-        .arg(&stack.dir)
-        .arg("-c")
-        .arg(&config)
-        .args(["-g", "daemon off; pid nginx.pid;"]);
-    let mut daemon = Daemon::start("nginx", command, &stack.dir.join("nginx.log"));
+    let stack = stack(&format!("slidegate-{proxy}")).await;
+    let file = stack.dir.join(config);
+    std::fs::write(&file, stack.ports.rewrite(&shipped(config))).unwrap();
+    let log = stack.dir.join(format!("{proxy}.log"));
+    let mut daemon = Daemon::start(proxy, command(binary, &stack.dir, &file), &log);
     daemon.wait_for(stack.ports.proxy);
     limits_through(stack.ports.proxy).await;
+}
+
+#[tokio::test]
+async fn nginx_auth_request_limits_the_api() {
+    let test = "nginx_auth_request_limits_the_api";
+    limits_through_proxy(test, "nginx", "nginx.conf", |nginx, dir, config| {
+        let mut command = Command::new(nginx);
+        command
+            .arg("-p")
+            .arg(dir)
+            .arg("-c")
+            .arg(config)
+            .args(["-g", "daemon off; pid nginx.pid;"]);
+        command
+    })
+    .await;
     // The 403 slidegate answers nginx never reaches a client: the recipe
     // turned every one into a 429 above.
 }
 
 #[tokio::test]
 async fn caddy_forward_auth_limits_the_api() {
-    let found = tools::debian("caddy", "caddy");
-    let Some(caddy) = tools::require("caddy_forward_auth_limits_the_api", "caddy", found) else {
-        return;
-    };
-    let stack = stack("slidegate-caddy").await;
-    let config = stack.dir.join("Caddyfile");
-    std::fs::write(&config, stack.ports.rewrite(&shipped("Caddyfile"))).unwrap();
-    let mut command = Command::new(caddy);
-    command
-        .args(["run", "--adapter", "caddyfile", "--config"])
-        .arg(&config)
-        // Caddy keeps state under $HOME and the XDG directories.
-        .env("HOME", &stack.dir)
-        .env("XDG_DATA_HOME", &stack.dir)
-        .env("XDG_CONFIG_HOME", &stack.dir);
-    let mut daemon = Daemon::start("caddy", command, &stack.dir.join("caddy.log"));
-    daemon.wait_for(stack.ports.proxy);
-    limits_through(stack.ports.proxy).await;
+    let test = "caddy_forward_auth_limits_the_api";
+    limits_through_proxy(test, "caddy", "Caddyfile", |caddy, dir, config| {
+        let mut command = Command::new(caddy);
+        command
+            .args(["run", "--adapter", "caddyfile", "--config"])
+            .arg(config)
+            // Caddy keeps state under $HOME and the XDG directories.
+            .env("HOME", dir)
+            .env("XDG_DATA_HOME", dir)
+            .env("XDG_CONFIG_HOME", dir);
+        command
+    })
+    .await;
 }
 
 /// Without a proxy in between, a peer slidegate does not trust cannot pick

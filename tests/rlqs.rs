@@ -18,6 +18,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::in_process;
 use envoy::{Enforced, FakeEnvoy, Labels, Poisson, labels};
 use slidegate::config::{AuthConfig, Config, Overrides, RlqsConfig, ServerGuard};
 use slidegate::server::rlqs::pb::envoy::service::rate_limit_quota::v3::RateLimitQuotaUsageReports;
@@ -81,16 +82,11 @@ async fn instance(
             .with_guard(guard)
             .with_rlqs(&rlqs_config(RLQS)),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = oneshot::channel::<()>();
-    tokio::spawn(rlqs::serve(listener, app.clone(), async {
-        let _ = stopped.await;
-    }));
+    let served = in_process::serve(rlqs::serve, app.clone()).await;
     Instance {
-        addr,
+        addr: served.addr,
         app,
-        _stop: stop,
+        _stop: served.stop,
     }
 }
 
@@ -420,9 +416,7 @@ async fn a_bucket_left_unreported_is_abandoned() {
 }
 
 async fn metrics_page(app: &Arc<App>) -> String {
-    let http = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = http.local_addr().unwrap();
-    tokio::spawn(server::serve(http, app.clone(), std::future::pending()));
+    let addr = in_process::serve_forever(server::serve, app.clone()).await;
     common::http::get(addr, "/metrics").await.body
 }
 

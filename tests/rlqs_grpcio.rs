@@ -10,76 +10,75 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::Command;
+use std::net::SocketAddr;
 use std::time::Duration;
 
-const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+use common::process;
+use common::service::Slidegate;
+use common::tools;
+
 /// A small limit in a short window: the script runs in real time.
 const LIMIT: u32 = 30;
 const WINDOW_S: u32 = 3;
 
-fn generate_stubs(python: &Path, out: &Path) {
-    common::tools::grpc_python_stubs(
-        python,
-        out,
-        &[
-            "envoy/service/rate_limit_quota/v3/rlqs.proto",
-            "envoy/type/v3/ratelimit_strategy.proto",
-            "envoy/type/v3/ratelimit_unit.proto",
-            "envoy/type/v3/token_bucket.proto",
-        ],
-    );
-}
+/// The protos the script's stubs are generated from.
+const PROTOS: &[&str] = &[
+    "envoy/service/rate_limit_quota/v3/rlqs.proto",
+    "envoy/type/v3/ratelimit_strategy.proto",
+    "envoy/type/v3/ratelimit_unit.proto",
+    "envoy/type/v3/token_bucket.proto",
+];
 
 /// Start the binary with an `[rlqs]` file; return it and the RLQS address.
-fn start_slidegate(dir: &Path, memcached: &str) -> (common::process::Logged, String) {
+fn start_slidegate(memcached: &str) -> (Slidegate, SocketAddr) {
+    let dir = Slidegate::dir("rlqs-grpcio");
+    let rlqs = process::free_addr();
     let config = dir.join("slidegate.toml");
     std::fs::write(
         &config,
         format!(
-            "[rlqs]\nlisten = \"127.0.0.1:0\"\n\n[[rlqs.buckets]]\ndomain = \"envoy\"\n\
+            "[rlqs]\nlisten = \"{rlqs}\"\n\n[[rlqs.buckets]]\ndomain = \"envoy\"\n\
              match = {{ name = \"api\" }}\nlimit = {LIMIT}\nwindow = \"{WINDOW_S}s\"\nprecision = {WINDOW_S}\n"
         ),
     )
     .unwrap();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_slidegate"));
+    let addr = process::free_addr();
+    let mut command = Slidegate::command();
     command
-        .args(["--listen", "127.0.0.1:0", "--memcached", memcached])
+        .args(["--listen", &addr.to_string(), "--memcached", memcached])
         .args(["--namespace", &common::unique_namespace()])
         .arg("--config")
-        .arg(&config)
-        .env_remove("SLIDEGATE_RLQS_LISTEN");
-    common::process::start_announcing(command, "serving Envoy RLQS (gRPC) on ")
+        .arg(&config);
+    let service = Slidegate::start_in(dir, command, addr, &[rlqs]);
+    (service, rlqs)
 }
 
 #[test]
 fn grpcio_plays_envoy_against_the_binary() {
-    let found = common::tools::python_with(&["grpcio", "grpcio-tools"], "grpc, grpc_tools.protoc");
     let test = "grpcio_plays_envoy_against_the_binary";
-    let Some(python) = common::tools::require(test, "python grpcio", found) else {
+    let Some((python, stubs)) = tools::grpc_python(test, PROTOS) else {
         return;
     };
-    let dir = std::env::temp_dir().join(format!("slidegate-rlqs-grpcio-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    generate_stubs(&python, &dir);
 
     let memcached = common::shared_memcached();
-    let (_server, addr) = start_slidegate(&dir, &memcached.addr());
-    let mut script = Command::new(&python);
-    script
-        .arg(Path::new(ROOT).join("tests/rlqs_grpcio/envoy_like.py"))
-        .arg(&dir)
-        .arg(&addr)
-        .args([LIMIT.to_string(), WINDOW_S.to_string()]);
-    let output = common::process::output_within(script, Duration::from_secs(90));
-    let _ = std::fs::remove_dir_all(&dir);
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    eprintln!("{stdout}{stderr}");
-    assert!(
-        output.status.success(),
-        "envoy_like.py failed:\n{stdout}{stderr}"
+    let (service, addr) = start_slidegate(&memcached.addr());
+    let said = tools::run_python(
+        &python,
+        "tests/rlqs_grpcio/envoy_like.py",
+        &[
+            stubs.display().to_string(),
+            addr.to_string(),
+            LIMIT.to_string(),
+            WINDOW_S.to_string(),
+        ],
+        Duration::from_secs(90),
     );
-    assert!(stdout.contains(" passed, 0 failed"), "{stdout}");
+    let _ = std::fs::remove_dir_all(&stubs);
+    assert!(
+        said.success,
+        "envoy_like.py failed:\n{}\nslidegate:\n{}",
+        said.all,
+        service.log()
+    );
+    assert!(said.stdout.contains(" passed, 0 failed"), "{}", said.stdout);
 }

@@ -10,6 +10,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::in_process;
 use slidegate::config::{ApiTokens, AuthConfig, ServerGuard};
 use slidegate::server::rls::pb::envoy::extensions::common::ratelimit::v3::{
     RateLimitDescriptor, rate_limit_descriptor::Entry,
@@ -98,17 +99,12 @@ impl TestRls {
                 .with_guard(guard)
                 .with_rls(Rls::new(rules)),
         );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (stop, stopped) = oneshot::channel::<()>();
-        tokio::spawn(rls::serve(listener, app.clone(), async {
-            let _ = stopped.await;
-        }));
+        let served = in_process::serve(rls::serve, app.clone()).await;
         TestRls {
-            addr,
+            addr: served.addr,
             app,
             clock,
-            stop: Some(stop),
+            stop: Some(served.stop),
         }
     }
 
@@ -645,9 +641,7 @@ async fn the_http_and_grpc_listeners_share_one_cap() {
         ..ServerGuard::default()
     };
     let rls = TestRls::start_guarded(memory(), CONFIG, guard).await;
-    let http = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let http_addr = http.local_addr().unwrap();
-    tokio::spawn(server::serve(http, rls.app.clone(), std::future::pending()));
+    let http_addr = in_process::serve_forever(server::serve, rls.app.clone()).await;
     let healthz = || async {
         let mut stream = tokio::net::TcpStream::connect(http_addr).await.unwrap();
         let _ = stream
@@ -794,9 +788,7 @@ async fn metrics_count_per_domain_and_rule() {
         )
         .await;
     }
-    let http = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = http.local_addr().unwrap();
-    tokio::spawn(server::serve(http, rls.app.clone(), std::future::pending()));
+    let addr = in_process::serve_forever(server::serve, rls.app.clone()).await;
     let metrics = common::metrics::scrape(addr).await;
     for (series, value) in [
         (

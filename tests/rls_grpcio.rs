@@ -14,8 +14,7 @@ mod common;
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::process;
 use common::service::Slidegate;
@@ -23,18 +22,13 @@ use common::tools;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
-fn generate_stubs(python: &Path, out: &Path) {
-    common::tools::grpc_python_stubs(
-        python,
-        out,
-        &[
-            "envoy/service/ratelimit/v3/rls.proto",
-            "envoy/extensions/common/ratelimit/v3/ratelimit.proto",
-            "envoy/type/v3/ratelimit_unit.proto",
-            "envoy/config/core/v3/base.proto",
-        ],
-    );
-}
+/// The protos the script's stubs are generated from.
+const PROTOS: &[&str] = &[
+    "envoy/service/ratelimit/v3/rls.proto",
+    "envoy/extensions/common/ratelimit/v3/ratelimit.proto",
+    "envoy/type/v3/ratelimit_unit.proto",
+    "envoy/config/core/v3/base.proto",
+];
 
 /// The binary with the RLS listener on envoyproxy/ratelimit's example
 /// configuration; its RLS address.
@@ -58,41 +52,24 @@ fn start_slidegate(memcached: &str, namespace: &str) -> (Slidegate, SocketAddr) 
 #[test]
 fn grpcio_replays_envoyproxy_ratelimit_integration_scripts() {
     const TEST: &str = "grpcio_replays_envoyproxy_ratelimit_integration_scripts";
-    let found = tools::python_with(&["grpcio", "grpcio-tools"], "grpc, grpc_tools.protoc");
-    let Some(python) = tools::require(TEST, "python grpcio", found) else {
+    let Some((python, stubs)) = tools::grpc_python(TEST, PROTOS) else {
         return;
     };
-    let stubs = process::temp_dir("slidegate-rls-stubs");
-    generate_stubs(&python, &stubs);
 
     let memcached = common::shared_memcached();
     let (service, addr) = start_slidegate(&memcached.addr(), &common::unique_namespace());
-    let mut script = Command::new(&python)
-        .arg(Path::new(ROOT).join("tests/rls_grpcio/replay.py"))
-        .arg(&stubs)
-        .arg(addr.to_string())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run replay.py");
-    // Bounded: a hung server must fail the test, not hang it.
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while script.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = script.kill();
-            panic!("replay.py did not finish within 120 s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let output = script.wait_with_output().unwrap();
+    let said = tools::run_python(
+        &python,
+        "tests/rls_grpcio/replay.py",
+        &[stubs.display().to_string(), addr.to_string()],
+        Duration::from_secs(120),
+    );
     let _ = std::fs::remove_dir_all(&stubs);
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    eprintln!("{stdout}{stderr}");
     assert!(
-        output.status.success(),
-        "replay.py failed:\n{stdout}{stderr}\nslidegate:\n{}",
+        said.success,
+        "replay.py failed:\n{}\nslidegate:\n{}",
+        said.all,
         service.log()
     );
-    assert!(stdout.contains("passed, 0 failed"), "{stdout}");
+    assert!(said.stdout.contains("passed, 0 failed"), "{}", said.stdout);
 }

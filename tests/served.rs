@@ -47,10 +47,7 @@ async fn app() -> SocketAddr {
         .with_shadow(true),
     ];
     let app = Arc::new(App::new(limiter, policies, AuthConfig::default()));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(server::serve(listener, app, std::future::pending()));
-    addr
+    common::in_process::serve_forever(server::serve, app).await
 }
 
 /// The value of a series, 0 when it is not served (yet).

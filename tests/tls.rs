@@ -22,16 +22,9 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 const NODE_NAME: &str = "node-1.cache.local";
 
 fn openssl(dir: &Path, args: &[&str]) {
-    let output = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run openssl (apt-get install openssl)");
-    assert!(
-        output.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let mut openssl = Command::new("openssl");
+    openssl.args(args).current_dir(dir);
+    common::process::succeed(openssl);
 }
 
 /// A CA, and a server certificate it signed for `NODE_NAME` and 127.0.0.1;
@@ -146,12 +139,7 @@ async fn counts_are_exact_over_tls() {
             .build(),
     );
     let policy = per_minute(5);
-    let tasks: Vec<_> = (0..50)
-        .map(|_| {
-            let (limiter, policy) = (limiter.clone(), policy.clone());
-            tokio::spawn(async move { limiter.check("client", &policy, 1).await.unwrap() })
-        })
-        .collect();
+    let tasks = common::spawn_checks(&limiter, "client", &policy, 50);
     let mut admitted = 0;
     for task in tasks {
         let decision = task.await.unwrap();

@@ -6,6 +6,8 @@
 #![allow(dead_code)]
 
 pub mod http;
+#[cfg(feature = "server")]
+pub mod in_process;
 pub mod metrics;
 pub mod process;
 pub mod proxy;
@@ -19,12 +21,12 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use slidegate::store::Store;
-use slidegate::{LimiterBuilder, MemcachedOptions, MemcachedStore};
+use slidegate::{Decision, Limiter, LimiterBuilder, MemcachedOptions, MemcachedStore, Policy};
 
 /// A memcached process on 127.0.0.1, killed when dropped (and, through
 /// PR_SET_PDEATHSIG, when the thread that started it ends, so a test
@@ -200,6 +202,22 @@ pub fn memcached_options(servers: Vec<String>) -> MemcachedOptions {
 /// test about the timeout itself sets a short one.
 pub fn patient_limiter<S: Store>(store: S) -> LimiterBuilder<S> {
     slidegate::Limiter::builder(store).timeout(Duration::from_secs(2))
+}
+
+/// `count` checks of one unit of `key`, each in a task of its own, all
+/// spawned at once; their handles, to await when the test is ready.
+pub fn spawn_checks<S: Store>(
+    limiter: &Arc<Limiter<S>>,
+    key: &str,
+    policy: &Arc<Policy>,
+    count: usize,
+) -> Vec<tokio::task::JoinHandle<Decision>> {
+    (0..count)
+        .map(|_| {
+            let (limiter, policy, key) = (limiter.clone(), policy.clone(), key.to_owned());
+            tokio::spawn(async move { limiter.check(&key, &policy, 1).await.unwrap() })
+        })
+        .collect()
 }
 
 /// A store on the shared memcached, in a fresh namespace.

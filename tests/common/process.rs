@@ -160,61 +160,35 @@ pub fn temp_dir(name: &str) -> PathBuf {
     dir
 }
 
-/// A process whose stdout is echoed to the test's log, killed when dropped.
-pub struct Logged(Child);
-
-impl Drop for Logged {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+/// Run `command` (a tool that makes files, say) to its end and require
+/// success; its output. A failure panics with the command and its stderr.
+pub fn succeed(mut command: Command) -> std::process::Output {
+    let output = command
+        .output()
+        .unwrap_or_else(|error| panic!("cannot run {command:?}: {error}"));
+    assert!(
+        output.status.success(),
+        "{command:?} failed ({}): {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
 }
 
-/// Start `command`; return it and the last word of the first stdout line
-/// containing `announce` (an address the binary logs, such as
-/// "serving Envoy RLS (gRPC) on "), waited for up to 20 s.
-pub fn start_announcing(mut command: Command, announce: &'static str) -> (Logged, String) {
-    let mut child = command
-        .env("RUST_LOG", "info")
-        .env("NO_COLOR", "1")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start the process");
-    let stdout = child.stdout.take().expect("piped stdout");
-    let process = Logged(child);
-    let (found, word) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        use std::io::BufRead;
-        for line in std::io::BufReader::new(stdout)
-            .lines()
-            .map_while(Result::ok)
-        {
-            eprintln!("process: {line}");
-            if line.contains(announce) {
-                let _ = found.send(line.rsplit(' ').next().unwrap_or_default().to_owned());
-            }
-        }
-    });
-    let word = word
-        .recv_timeout(Duration::from_secs(20))
-        .unwrap_or_else(|_| panic!("the process logs {announce:?} within 20 s"));
-    (process, word)
-}
-
-/// Run `command` to its end, killed and failed past `limit`: a hung server
-/// must fail the test, not hang it.
+/// Run `command` (a script, say) to its end, its stdout and stderr
+/// captured, killed and failed past `limit`: a hung server must fail the
+/// test, not hang it.
 pub fn output_within(mut command: Command, limit: Duration) -> std::process::Output {
     let mut child = command
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("run the script");
+        .unwrap_or_else(|error| panic!("cannot run {command:?}: {error}"));
     let deadline = Instant::now() + limit;
     while child.try_wait().expect("wait for the script").is_none() {
         if Instant::now() > deadline {
             let _ = child.kill();
-            panic!("the script did not finish within {limit:?}");
+            panic!("{command:?} did not finish within {limit:?}");
         }
         std::thread::sleep(Duration::from_millis(50));
     }

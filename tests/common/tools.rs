@@ -7,6 +7,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
 /// `found`, or what to do without it: `None` (the caller returns, the test
 /// skipped, loudly) only when skips are allowed and this is not CI; a
@@ -111,6 +112,47 @@ fn make_venv(venv: &Path) -> Result<(), String> {
     }
 }
 
+/// A python with grpcio and grpcio-tools (see [`python_with`]), and the
+/// gRPC stubs of `protos` generated into a fresh directory: the
+/// interpreter and the directory. `None` when `test` is skipped (see
+/// [`require`]).
+#[allow(dead_code)]
+pub fn grpc_python(test: &str, protos: &[&str]) -> Option<(PathBuf, PathBuf)> {
+    let found = python_with(&["grpcio", "grpcio-tools"], "grpc, grpc_tools.protoc");
+    let python = require(test, "python grpcio", found)?;
+    let stubs = super::process::temp_dir("slidegate-grpc-stubs");
+    grpc_python_stubs(&python, &stubs, protos);
+    Some((python, stubs))
+}
+
+/// What a script said, already echoed to the test's log.
+pub struct Said {
+    /// It exited 0.
+    pub success: bool,
+    pub stdout: String,
+    /// Its stdout, then its stderr.
+    pub all: String,
+}
+
+/// Run `script` (a path in the repository) with `python` and `args`, at
+/// most `limit` (see [`output_within`](super::process::output_within)).
+#[allow(dead_code)]
+pub fn run_python(python: &Path, script: &str, args: &[String], limit: Duration) -> Said {
+    let mut command = Command::new(python);
+    command
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join(script))
+        .args(args);
+    let output = super::process::output_within(command, limit);
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let all = format!("{stdout}{}", String::from_utf8_lossy(&output.stderr));
+    eprintln!("{all}");
+    Said {
+        success: output.status.success(),
+        stdout,
+        all,
+    }
+}
+
 /// Generate the Python gRPC stubs of `files` (paths under the vendored
 /// `proto/`) into `out`, with `python`'s grpcio-tools and the well-known
 /// types that ship with it.
@@ -125,18 +167,13 @@ pub fn grpc_python_stubs(python: &Path, out: &Path, files: &[&str]) {
         .expect("python runs");
     let well_known = String::from_utf8(well_known.stdout).expect("a path");
     let protos = Path::new(env!("CARGO_MANIFEST_DIR")).join("proto");
-    let output = Command::new(python)
+    let mut protoc = Command::new(python);
+    protoc
         .args(["-m", "grpc_tools.protoc"])
         .arg(format!("-I{}", protos.display()))
         .arg(format!("-I{}", well_known.trim()))
         .arg(format!("--python_out={}", out.display()))
         .arg(format!("--grpc_python_out={}", out.display()))
-        .args(files)
-        .output()
-        .expect("grpc_tools.protoc runs");
-    assert!(
-        output.status.success(),
-        "grpc_tools.protoc failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+        .args(files);
+    super::process::succeed(protoc);
 }
