@@ -242,3 +242,62 @@ async fn eight_instances_on_one_hot_key_admit_exactly_the_formula() {
     );
     assert!(admitted <= 300 && admitted > 300 - 4, "{admitted}");
 }
+
+/// A store that stops answering while 64 checks of one key are in flight:
+/// the checks gathered behind the exchange have no timer of their own, and
+/// are answered within the timeout all the same, by the failure mode. The
+/// exchange they wait behind ends at its leader's deadline, which comes
+/// first (the leader arrived first), and the next leader's within its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gathered_checks_are_answered_within_the_timeout_when_the_store_stalls() {
+    const TIMEOUT: Duration = Duration::from_millis(300);
+    /// Scheduling on a busy 2-core machine; a check that waited for the
+    /// stalled replies would take the whole stall, 5 s.
+    const SLACK: Duration = Duration::from_millis(300);
+    let memcached = Memcached::start();
+    let proxy = CountingProxy::start(memcached.addr()).await;
+    let clock = ManualClock::new(common::today_ms() + 5 * 60_000);
+    let store = store(proxy.addr.clone()).await;
+    common::wait::wait_for("the store to answer", common::wait::PATIENCE, || async {
+        slidegate::store::Store::ping(&*store).await.is_ok()
+    })
+    .await;
+    let limiter = Arc::new(
+        Limiter::builder(store)
+            .clock(clock)
+            .timeout(TIMEOUT)
+            .failure_mode(slidegate::FailureMode::Allow)
+            .build(),
+    );
+    let policy =
+        Arc::new(Policy::new("hourly", vec![Limit::new(1_000, HOUR, 1).unwrap()]).unwrap());
+    proxy.delay_replies(5_000);
+    let checks: Vec<_> = (0..64)
+        .map(|_| {
+            let (limiter, policy) = (limiter.clone(), policy.clone());
+            tokio::spawn(async move {
+                let started = std::time::Instant::now();
+                let decision = limiter.check("stalled", &policy, 1).await.unwrap();
+                (decision, started.elapsed())
+            })
+        })
+        .collect();
+    let mut slowest = Duration::ZERO;
+    for check in checks {
+        let (decision, took) = check.await.unwrap();
+        assert_eq!(decision.source, Source::Fallback);
+        slowest = slowest.max(took);
+    }
+    println!(
+        "slowest of 64 checks on a stalled store: {slowest:?}, {} gathered",
+        limiter.metrics().coalesced_checks
+    );
+    assert!(
+        limiter.metrics().coalesced_checks > 0,
+        "the checks must gather to mean anything"
+    );
+    assert!(
+        slowest <= TIMEOUT + SLACK,
+        "a check took {slowest:?}, past its {TIMEOUT:?} timeout"
+    );
+}
