@@ -503,6 +503,30 @@ mod tests {
         }
     }
 
+    /// A take-back subtracts what an addition added, and only that: a
+    /// subtraction or a delete is not an addition to take back.
+    #[test]
+    fn only_an_addition_has_something_to_take_back() {
+        let add = Command::Add {
+            counter: counter(),
+            amount: 7,
+            ttl: 60,
+        };
+        assert_eq!(add.addition(), Some((counter(), 7)));
+        for other in [
+            Command::Subtract {
+                counter: counter(),
+                amount: 7,
+            },
+            Command::Remove(counter()),
+            Command::Read(counter()),
+            Command::Noop,
+            Command::ClockProbe { expires: 1 },
+        ] {
+            assert_eq!(other.addition(), None, "{other:?}");
+        }
+    }
+
     #[test]
     fn ttls_over_thirty_days_become_absolute_times() {
         let now_ms = 1_800_000_000_000;
