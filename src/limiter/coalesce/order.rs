@@ -8,6 +8,10 @@ use super::super::counters::Counts;
 use crate::policy::Limit;
 use crate::window::{self, Counting, Verdict};
 
+/// A batch's verdicts in arrival order; most batches are one check, whose
+/// verdict needs no allocation of its own.
+pub(super) type Verdicts = SmallVec<[Verdict; 1]>;
+
 /// Decide checks of `costs`, in that order, against each limit's counts
 /// before all of them (`counts`, oldest bucket first), at `now_ms`: each
 /// exactly as if it had come alone after the ones before it. A counted
@@ -19,7 +23,7 @@ pub(super) fn decide_in_order(
     now_ms: u64,
     costs: impl IntoIterator<Item = u64>,
     counting: Counting,
-) -> (Vec<Verdict>, u64) {
+) -> (Verdicts, u64) {
     let mut running: SmallVec<[Counts; 2]> = counts.iter().cloned().collect();
     let mut counted = 0u64;
     let verdicts = costs
