@@ -322,6 +322,15 @@ mod tests {
         }
     }
 
+    /// What the writer wrote next; a writer that writes nothing fails the
+    /// test instead of hanging it.
+    async fn written(server: &mut tokio::io::DuplexStream, bytes: &mut [u8]) -> usize {
+        tokio::time::timeout(std::time::Duration::from_secs(10), server.read(bytes))
+            .await
+            .expect("the writer wrote nothing within 10 s")
+            .unwrap()
+    }
+
     /// An extra connection told to retire just as a take-back reached its
     /// queue (a late reply's undo) must send it, not close with it: the
     /// writer ends only when it has nothing in hand, queued or unanswered.
@@ -343,7 +352,7 @@ mod tests {
             NodeClock(std::time::Instant::now()),
         ));
         let mut bytes = [0u8; 64];
-        let read = server.read(&mut bytes).await.unwrap();
+        let read = written(&mut server, &mut bytes).await;
         assert_eq!(&bytes[..read], b"mn\r\n", "the queued take-back is written");
 
         // Told again while it is unanswered: it goes on, and writes the next.
@@ -355,7 +364,7 @@ mod tests {
         assert!(answered.is_some());
         shared.writes_out.fetch_sub(1, Ordering::AcqRel);
         shared.write_answered.notify_one();
-        let read = server.read(&mut bytes).await.unwrap();
+        let read = written(&mut server, &mut bytes).await;
         assert_eq!(&bytes[..read], b"mn\r\n", "still writing while unanswered");
 
         // With nothing queued and nothing unanswered, it retires and gives
