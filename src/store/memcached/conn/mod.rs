@@ -10,7 +10,7 @@
 //! |---|---|
 //! | `mod.rs` | a node's connection slots: routing a call, dialling, serving, ending a connection |
 //! | [`queue`] | the callers' queue and the batching of writes |
-//! | [`reader`] | the reader and its FIFO of written requests; outcomes and their undo |
+//! | [`reader`] | the reader and its FIFO of written requests; answers, and the take-back of a caller already gone |
 //! | [`health`] | the pure policy: overdue, stalled, extra connections, which slot takes a request |
 //! | [`unclaimed`] | a counted request's wait, which takes its additions back if its caller gives up |
 //!
