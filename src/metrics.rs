@@ -22,12 +22,12 @@ mod striped;
 
 use self::latency::LatencyHistogram;
 use self::striped::{Striped, StripedArray};
+use crate::source::Source;
+use crate::store::StoreError;
 
 /// The limiter's counters: striped, so that the cores counting every
 /// check do not take turns owning one cache line (see [`striped`]).
 type Counter = prometheus_client::metrics::counter::Counter<u64, Striped>;
-use crate::source::Source;
-use crate::store::StoreError;
 
 /// Upper bounds of the latency buckets, in seconds: 100 µs (a near-cache
 /// answer) to 1 s (far past any sane store timeout).

@@ -221,7 +221,8 @@ pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
             continue;
         }
         buffer.clear();
-        let first_opaque = opaque;
+        // Each request's first token, in the order they are encoded.
+        let mut next_opaque = opaque;
         for request in &batch.requests {
             for command in &request.commands {
                 wire::encode(command, &namespace, opaque, &mut buffer);
@@ -233,7 +234,6 @@ pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
         shared.writes_out.fetch_add(1, Ordering::AcqRel);
         // Moved once, from the batch into the FIFO (a request is a few
         // hundred bytes, and moving them was the writer's largest cost).
-        let mut next_opaque = first_opaque;
         shared.in_flight().extend(
             batch
                 .requests

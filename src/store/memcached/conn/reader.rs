@@ -284,7 +284,7 @@ fn complete(entry: InFlight, replies: Replies, requeue: &mpsc::WeakSender<Reques
 
 /// Queue a take-back on the connection slot's queue, if the node is still
 /// there to take it.
-pub(super) fn queue_take_back(queue: &mpsc::WeakSender<Request>, take_back: Request) {
+fn queue_take_back(queue: &mpsc::WeakSender<Request>, take_back: Request) {
     match queue.upgrade() {
         Some(queue) => send_even_if_full(&queue, take_back),
         None => {
