@@ -58,6 +58,7 @@
 //! limiter, policies, the in-memory store and the near-cache remain, and
 //! the feature `memcached` adds the Memcached store.
 
+mod by_name;
 pub mod clock;
 #[cfg(feature = "server")]
 pub mod config;

@@ -8,8 +8,7 @@
 //! A library user exposes them with [`Metrics::register`] into their own
 //! [`Registry`]; the server does the same for `GET /metrics`.
 
-use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
@@ -22,6 +21,7 @@ mod striped;
 
 use self::latency::LatencyHistogram;
 use self::striped::{Striped, StripedArray};
+use crate::by_name::ByName;
 use crate::source::Source;
 use crate::store::StoreError;
 
@@ -146,28 +146,11 @@ impl PolicyCounters {
     }
 }
 
-/// How many policies' counters each thread keeps at hand.
-const RECENT_POLICIES_KEPT: usize = 8;
-
-thread_local! {
-    /// The counters of the policies this thread counted last, by the
-    /// [`Metrics`] they belong to and the policy's name, newest first.
-    /// Every check counts its policy's outcome; looking it up in the shared
-    /// map took a read lock whose counter the cores passed back and forth
-    /// on every check (see `striped`), and hashed the name with SipHash.
-    static RECENT_POLICIES: std::cell::RefCell<Vec<RecentPolicy>> =
-        const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// A policy's counters, by the id of the [`Metrics`] they belong to and
-/// the policy's name.
-type RecentPolicy = (u64, Box<str>, Arc<PolicyCounters>);
-
 pub struct Metrics {
-    /// Tells this instance's counters apart in [`RECENT_POLICIES`].
-    id: u64,
     decisions: Family<DecisionLabels, Counter>,
-    by_policy: RwLock<HashMap<Box<str>, Arc<PolicyCounters>>>,
+    /// Every check counts its policy's outcome: found without a shared lock
+    /// (see [`ByName`]).
+    by_policy: ByName<PolicyCounters>,
     inline: PolicyCounters,
     check_duration: LatencyHistogram,
     store_duration: LatencyHistogram,
@@ -194,12 +177,10 @@ impl Default for Metrics {
             ErrorKind::overloaded,
         ]
         .map(|kind| store_errors.get_or_create_owned(&KindLabels { kind }));
-        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         Metrics {
-            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             inline: PolicyCounters::new(&decisions, crate::policy::INLINE_SCOPE),
             decisions,
-            by_policy: RwLock::default(),
+            by_policy: ByName::default(),
             check_duration: LatencyHistogram::new(&LATENCY_BUCKETS),
             store_duration: LatencyHistogram::new(&LATENCY_BUCKETS),
             store_calls: Counter::default(),
@@ -300,23 +281,8 @@ impl Metrics {
     }
 
     fn policy_counters(&self, name: &str) -> Arc<PolicyCounters> {
-        // A poisoned lock only means a panic elsewhere mid-insert; the map
-        // itself is still whole.
-        if let Some(found) = self
-            .by_policy
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .get(name)
-        {
-            return found.clone();
-        }
-        let mut map = self
-            .by_policy
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        map.entry(name.into())
-            .or_insert_with(|| Arc::new(PolicyCounters::new(&self.decisions, name)))
-            .clone()
+        self.by_policy
+            .get_or_create(name, |name| PolicyCounters::new(&self.decisions, name))
     }
 
     /// One decision of a policy (by its scope), and how long it took.
@@ -336,24 +302,13 @@ impl Metrics {
             self.inline.count(outcome);
             return;
         }
-        RECENT_POLICIES.with_borrow_mut(|recent| {
-            if let Some(found) = recent
-                .iter()
-                .find(|(metrics, name, _)| *metrics == self.id && **name == *scope)
-            {
-                found.2.count(outcome);
-                return;
-            }
-            // A policy this thread has not counted lately, or one no one
-            // registered (a library user's): its series is created on
-            // first use, once.
-            let counters = self.policy_counters(scope);
-            counters.count(outcome);
-            if recent.len() == RECENT_POLICIES_KEPT {
-                recent.pop();
-            }
-            recent.insert(0, (self.id, scope.into(), counters));
-        });
+        // A policy no one registered (a library user's) gets its series on
+        // first use, once.
+        self.by_policy.with(
+            scope,
+            |name| PolicyCounters::new(&self.decisions, name),
+            |counters| counters.count(outcome),
+        );
     }
 
     pub(crate) fn decision(&self, source: Source, allowed: bool) {
@@ -428,7 +383,7 @@ mod tests {
             first.decided("api", allowed, Duration::ZERO);
         }
         second.decided("api", allowed, Duration::ZERO);
-        for other in 0..2 * RECENT_POLICIES_KEPT {
+        for other in 0..20 {
             first.decided(&format!("p{other}"), allowed, Duration::ZERO);
         }
         first.decided("api", allowed, Duration::ZERO);

@@ -128,6 +128,10 @@ impl Entry {
     }
 }
 
+/// Each limit's remembered counts, slid to the instant of a lookup: inline
+/// for up to two limits, so a hot reject allocates nothing for them.
+pub type LowerBounds = smallvec::SmallVec<[window::SlidCounts; 2]>;
+
 /// What the near-cache knows of a key for a check at some instant: lower
 /// bounds of each limit's counts, slid to that instant.
 #[derive(Debug, PartialEq, Eq)]
@@ -136,10 +140,10 @@ pub enum Lookup {
     Unknown,
     /// Counts read less than the revalidation interval ago (or being read
     /// again by another check right now): refuse with them.
-    Trusted(Vec<Vec<u64>>),
+    Trusted(LowerBounds),
     /// Counts older than the interval: the caller, alone for this interval,
     /// reads the store before refusing with them.
-    Revalidate(Vec<Vec<u64>>),
+    Revalidate(LowerBounds),
 }
 
 struct UntilUseless;
@@ -218,12 +222,7 @@ impl NearCache {
     /// `None` when nothing usable is remembered, or when the entry is due
     /// for revalidation: it is then forgotten, so that the store decides
     /// and a refusal is remembered afresh.
-    pub fn lower_bounds(
-        &self,
-        key: &NearKey,
-        policy: &Policy,
-        now_ms: u64,
-    ) -> Option<Vec<Vec<u64>>> {
+    pub fn lower_bounds(&self, key: &NearKey, policy: &Policy, now_ms: u64) -> Option<LowerBounds> {
         match self.lookup(key, policy, now_ms) {
             Lookup::Trusted(bounds) => Some(bounds),
             Lookup::Revalidate(_) => {
@@ -287,7 +286,7 @@ impl NearCache {
 
 /// An entry's counts of each limit of `policy`, slid to `now_ms`; `None`
 /// when it was made for other windows, or the clock went back.
-fn slid(entry: &Entry, policy: &Policy, now_ms: u64) -> Option<Vec<Vec<u64>>> {
+fn slid(entry: &Entry, policy: &Policy, now_ms: u64) -> Option<LowerBounds> {
     if entry.seen.len() != policy.limits().len() {
         return None;
     }
@@ -310,6 +309,11 @@ mod tests {
     use super::*;
     use crate::policy::Limit;
 
+    /// The lower bounds of a policy of one limit.
+    fn lower(counts: &[u64]) -> LowerBounds {
+        smallvec::smallvec![counts.iter().copied().collect()]
+    }
+
     #[test]
     fn remembered_counts_slide_with_time_and_check_windows() {
         let per_minute = Limit::new(5, 60_000, 1).unwrap();
@@ -327,11 +331,11 @@ mod tests {
         cache.remember(key, vec![seen], Duration::from_secs(60), 600_000);
         assert_eq!(
             cache.lower_bounds(&key, &policy, 600_000),
-            Some(vec![vec![2, 5]])
+            Some(lower(&[2, 5]))
         );
         assert_eq!(
             cache.lower_bounds(&key, &policy, 660_000),
-            Some(vec![vec![5, 0]])
+            Some(lower(&[5, 0]))
         );
         assert_eq!(
             cache.lower_bounds(&key, &policy, 599_999),
@@ -356,7 +360,7 @@ mod tests {
             counts: smallvec::smallvec![2, 5],
         };
         cache.remember(key, vec![seen], Duration::from_secs(60), 600_000);
-        let bounds = vec![vec![2, 5]];
+        let bounds = lower(&[2, 5]);
         let at = |now_ms| cache.lookup(&key, &policy, now_ms);
         assert_eq!(at(600_999), Lookup::Trusted(bounds.clone()));
         assert_eq!(at(601_000), Lookup::Revalidate(bounds.clone()));
@@ -429,11 +433,11 @@ mod tests {
         );
         assert_eq!(
             cache.lower_bounds(&minute_key, &minutes, 600_000),
-            Some(vec![vec![0, 5]])
+            Some(lower(&[0, 5]))
         );
         assert_eq!(
             cache.lower_bounds(&second_key, &seconds, 600_000),
-            Some(vec![vec![0, 2]])
+            Some(lower(&[0, 2]))
         );
         assert_eq!(cache.settled_len(), 2);
         assert_eq!(cache.len(), 2);
@@ -456,7 +460,7 @@ mod tests {
         }
         assert_eq!(
             cache.lower_bounds(&key, &policy, 600_000),
-            Some(vec![vec![3, 6]])
+            Some(lower(&[3, 6]))
         );
         assert_eq!(cache.settled_len(), 1);
     }

@@ -132,11 +132,15 @@ pub fn empty_after_ms(window: Window, counts: &[u64], now_ms: u64) -> u64 {
     current_end.saturating_add(bucket.saturating_mul(sub_buckets_after)) - now_ms
 }
 
+/// One limit's bucket counts moved to a later bucket: inline up to four
+/// (a window at precision 3), so a hot reject slides them without the heap.
+pub type SlidCounts = smallvec::SmallVec<[u64; 4]>;
+
 /// The counters of `counts` (read with `counts[k]` as bucket `from`) as seen
 /// from bucket `to`: counters that slid out are dropped, newer ones are
 /// unknown and taken as 0, so a lower bound stays a lower bound. `None` if
 /// `to` is before `from`.
-pub fn slide(counts: &[u64], from: u64, to: u64) -> Option<Vec<u64>> {
+pub fn slide(counts: &[u64], from: u64, to: u64) -> Option<SlidCounts> {
     let shift = usize::try_from(to.checked_sub(from)?).unwrap_or(usize::MAX);
     Some(
         (0..counts.len())
@@ -428,10 +432,13 @@ mod tests {
 
     #[test]
     fn slide_drops_old_counters_and_zeroes_new_ones() {
-        assert_eq!(slide(&[1, 2, 3], 10, 10), Some(vec![1, 2, 3]));
-        assert_eq!(slide(&[1, 2, 3], 10, 11), Some(vec![2, 3, 0]));
-        assert_eq!(slide(&[1, 2, 3], 10, 99), Some(vec![0, 0, 0]));
-        assert_eq!(slide(&[1, 2, 3], 10, u64::MAX), Some(vec![0, 0, 0]));
+        assert_eq!(slide(&[1, 2, 3], 10, 10).as_deref(), Some(&[1, 2, 3][..]));
+        assert_eq!(slide(&[1, 2, 3], 10, 11).as_deref(), Some(&[2, 3, 0][..]));
+        assert_eq!(slide(&[1, 2, 3], 10, 99).as_deref(), Some(&[0, 0, 0][..]));
+        assert_eq!(
+            slide(&[1, 2, 3], 10, u64::MAX).as_deref(),
+            Some(&[0, 0, 0][..])
+        );
         assert_eq!(slide(&[1, 2, 3], 10, 9), None);
     }
 }

@@ -2,10 +2,9 @@
 //! 10-second slices of counters per policy, bumped with atomics so that
 //! counting costs a check no lock.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
 
+use crate::by_name::ByName;
 use crate::limiter::{Decision, Source};
 
 const SLICES: usize = 6;
@@ -90,32 +89,17 @@ impl Ring {
 /// so the map stays as small as the configuration.
 #[derive(Default)]
 pub struct RecentDecisions {
-    by_policy: RwLock<HashMap<String, Arc<Ring>>>,
+    by_policy: ByName<Ring>,
 }
 
 impl RecentDecisions {
     pub fn count(&self, policy: &str, kind: Kind, now_ms: u64) {
-        let found = self
-            .by_policy
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .get(policy)
-            .cloned();
-        let ring = found.unwrap_or_else(|| {
-            self.by_policy
-                .write()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .entry(policy.to_owned())
-                .or_default()
-                .clone()
-        });
-        ring.count(kind, now_ms);
+        self.by_policy
+            .with(policy, |_| Ring::default(), |ring| ring.count(kind, now_ms));
     }
 
     pub fn minute(&self, policy: &str, now_ms: u64) -> Minute {
         self.by_policy
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
             .get(policy)
             .map(|ring| ring.minute(now_ms))
             .unwrap_or_default()

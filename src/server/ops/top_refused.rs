@@ -11,7 +11,8 @@
 //! while a flood of one-shot keys only churns the bottom. Pure: the caller
 //! gives the time.
 
-use std::collections::{BTreeSet, HashMap};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 
 /// Counters per 10-second sketch.
 pub const DEFAULT_CAPACITY: usize = 1024;
@@ -115,10 +116,17 @@ impl TopRefused {
 struct SpaceSaving {
     capacity: usize,
     slots: Vec<Slot>,
-    /// Where each held key's slot is.
-    index: HashMap<Box<str>, usize>,
-    /// Slots by count, smallest first: the one a new key takes.
-    by_count: BTreeSet<(u64, usize)>,
+    /// Where each held key's slot is. Keys are the clients': the hash is
+    /// seeded per process, so they cannot be chosen to collide.
+    index: HashMap<Box<str>, usize, foldhash::quality::RandomState>,
+    /// Every slot once, by its count when it was last pushed, smallest
+    /// first: where the slot a new key takes is found. Counting a held key
+    /// leaves it as it is (a refusal of a hot key costs no reordering, where
+    /// an ordered set cost a removal and an insertion under the lock): a
+    /// count only grows while its key holds the slot, so an entry is at
+    /// worst low, and it is pushed again with its count when it comes out
+    /// on top; the first entry that is not low is a smallest count.
+    by_count: BinaryHeap<Reverse<(u64, usize)>>,
 }
 
 struct Slot {
@@ -132,8 +140,8 @@ impl SpaceSaving {
         SpaceSaving {
             capacity,
             slots: Vec::new(),
-            index: HashMap::new(),
-            by_count: BTreeSet::new(),
+            index: HashMap::default(),
+            by_count: BinaryHeap::new(),
         }
     }
 
@@ -146,10 +154,8 @@ impl SpaceSaving {
     fn count(&mut self, id: &str, now_ms: u64) {
         if let Some(&at) = self.index.get(id) {
             let slot = &mut self.slots[at];
-            self.by_count.remove(&(slot.count, at));
             slot.count += 1;
             slot.last_ms = now_ms;
-            self.by_count.insert((slot.count, at));
             return;
         }
         if self.slots.len() < self.capacity {
@@ -160,19 +166,32 @@ impl SpaceSaving {
                 last_ms: now_ms,
             });
             self.index.insert(id.into(), at);
-            self.by_count.insert((1, at));
+            self.by_count.push(Reverse((1, at)));
             return;
         }
-        let Some((smallest, at)) = self.by_count.pop_first() else {
+        let Some(at) = self.smallest() else {
             return;
         };
         let slot = &mut self.slots[at];
         self.index.remove(&slot.id);
         slot.id = id.into();
-        slot.count = smallest + 1;
+        // Space-Saving: the new key inherits the count it replaces.
+        slot.count += 1;
         slot.last_ms = now_ms;
         self.index.insert(id.into(), at);
-        self.by_count.insert((slot.count, at));
+        self.by_count.push(Reverse((slot.count, at)));
+    }
+
+    /// The slot of a smallest count, taken out of `by_count`.
+    fn smallest(&mut self) -> Option<usize> {
+        while let Some(Reverse((pushed, at))) = self.by_count.pop() {
+            let count = self.slots[at].count;
+            if count == pushed {
+                return Some(at);
+            }
+            self.by_count.push(Reverse((count, at)));
+        }
+        None
     }
 }
 
@@ -211,6 +230,40 @@ mod tests {
         assert!(found[0].refused >= 300, "{found:?}");
         assert_eq!(found[0].last_refused_ms, t0 + 9_900);
         assert!(top.held() <= 64 * SLICES);
+    }
+
+    /// A new key in a full sketch takes a smallest count, however stale the
+    /// order it keeps has become (checked against a scan of every slot).
+    #[test]
+    fn a_new_key_takes_the_place_of_a_smallest_count() {
+        let mut sketch = SpaceSaving::new(16);
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        for step in 0..20_000u64 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            // A few hot keys, a long tail of rare ones.
+            let id = if state.is_multiple_of(3) {
+                format!("hot{}", state % 5)
+            } else {
+                format!("tail{}", state % 400)
+            };
+            let held = sketch.index.contains_key(id.as_str());
+            let full = sketch.slots.len() == sketch.capacity;
+            let smallest = sketch.slots.iter().map(|slot| slot.count).min();
+            sketch.count(&id, step);
+            let counted = sketch.slots[sketch.index[id.as_str()]].count;
+            if full && !held {
+                assert_eq!(
+                    Some(counted),
+                    smallest.map(|count| count + 1),
+                    "step {step}"
+                );
+            }
+            assert_eq!(sketch.by_count.len(), sketch.slots.len());
+        }
+        let total: u64 = sketch.slots.iter().map(|slot| slot.count).sum();
+        assert_eq!(total, 20_000, "Space-Saving's counts add up to the stream");
     }
 
     #[test]
