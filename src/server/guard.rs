@@ -2,8 +2,10 @@
 //! counters they keep, read into /metrics by [`snapshot`].
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock};
+
+use arc_swap::ArcSwap;
 use std::time::Duration;
 
 use hyper::header::{AUTHORIZATION, HeaderValue, WWW_AUTHENTICATE};
@@ -31,7 +33,7 @@ pub(crate) struct Guard {
     /// What a reload swaps: a call reads the tokens in force when it is
     /// checked, so a revoked token is refused from the next call on. A read
     /// lock and no allocation: the hot path stays as it was.
-    tokens: RwLock<Arc<TokenSettings>>,
+    tokens: ArcSwap<TokenSettings>,
     open: Arc<AtomicUsize>,
     refused: AtomicU64,
     unauthorized: AtomicU64,
@@ -71,7 +73,7 @@ impl Guard {
         Guard {
             max_connections: AtomicUsize::new(settings.max_connections),
             quiet_timeout: settings.quiet_timeout,
-            tokens: RwLock::new(TokenSettings::of(&settings)),
+            tokens: ArcSwap::new(TokenSettings::of(&settings)),
             open: Arc::new(AtomicUsize::new(0)),
             refused: AtomicU64::new(0),
             unauthorized: AtomicU64::new(0),
@@ -142,23 +144,12 @@ impl Guard {
     pub(crate) fn apply(&self, settings: &ServerGuard) {
         self.max_connections
             .store(settings.max_connections, Ordering::Relaxed);
-        *self
-            .tokens
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = TokenSettings::of(settings);
+        self.tokens.store(TokenSettings::of(settings));
     }
 
     /// Whether `/metrics` needs a token now (when tokens are set).
     pub(crate) fn metrics_need_token(&self) -> bool {
-        self.live_tokens().metrics_need_token
-    }
-
-    fn live_tokens(&self) -> Arc<TokenSettings> {
-        // A panic while swapping cannot leave half an Arc behind.
-        self.tokens
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .clone()
+        self.tokens.load().metrics_need_token
     }
 
     /// The 401 for a request that needs a token and has no valid one;
@@ -193,7 +184,8 @@ impl Guard {
     /// value (an HTTP header or gRPC metadata): `None` when no tokens are
     /// set or it carries a valid one. A refusal is counted.
     pub(crate) fn token_refusal(&self, authorization: Option<&[u8]>) -> Option<&'static str> {
-        let live = self.live_tokens();
+        // Borrowed, not counted: every call reads the tokens.
+        let live = self.tokens.load();
         let tokens = &live.api_tokens;
         if tokens.is_empty() {
             return None;

@@ -2,6 +2,7 @@
 //! library offers. [`serve`] takes a bound listener and a shutdown future,
 //! so tests run the real server on port 0.
 
+pub(crate) mod answer;
 pub(crate) mod api;
 mod body;
 mod forward_auth;
@@ -21,7 +22,9 @@ pub use routes::{Access, Methods, ROUTES, Route, RoutePath};
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
 use std::time::Duration;
 
 use hyper::server::conn::http1;
@@ -54,7 +57,7 @@ pub struct App {
     /// What a reload replaces. A request takes the `Arc` once, so it is
     /// decided under one consistent set of policies even while a reload
     /// swaps them; nothing waits but the swap itself.
-    live: RwLock<Arc<Live>>,
+    live: ArcSwap<Live>,
     metrics: metrics::ServerMetrics,
     /// What operators ask of this instance: recent decisions, most
     /// limited keys.
@@ -110,7 +113,7 @@ impl App {
         let live = Self::live_of(&limiter, policies, auth, Exemptions::default());
         App {
             limiter,
-            live: RwLock::new(Arc::new(live)),
+            live: ArcSwap::from_pointee(live),
             metrics,
             ops: ops::Ops::default(),
             guard: guard::Guard::new(
@@ -148,11 +151,8 @@ impl App {
 
     /// The policies and forward-auth settings in force now.
     pub(crate) fn live(&self) -> Arc<Live> {
-        // A panic while swapping cannot leave half an Arc behind.
-        self.live
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .clone()
+        // Counted (a request holds it across its check), but not locked.
+        self.live.load_full()
     }
 
     /// Put new policies and forward-auth settings in force. Requests being
@@ -214,10 +214,7 @@ impl App {
     }
 
     fn swap_live(&self, live: Live) {
-        *self
-            .live
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Arc::new(live);
+        self.live.store(Arc::new(live));
     }
 
     /// Names of the policies in force, sorted.

@@ -26,7 +26,9 @@ mod service;
 pub mod shares;
 mod stream;
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
 
 use tokio::net::TcpListener;
 
@@ -61,7 +63,7 @@ pub mod pb {
 #[derive(Debug)]
 pub struct Rlqs {
     /// What a reload replaces; a report is answered under one snapshot.
-    settings: RwLock<Arc<Settings>>,
+    settings: ArcSwap<Settings>,
     demands: Demands,
     metrics: RlqsMetrics,
 }
@@ -69,7 +71,7 @@ pub struct Rlqs {
 impl Rlqs {
     pub fn new(config: &RlqsConfig) -> Rlqs {
         Rlqs {
-            settings: RwLock::new(Arc::new(Settings::new(config))),
+            settings: ArcSwap::from_pointee(Settings::new(config)),
             demands: Demands::default(),
             metrics: RlqsMetrics::default(),
         }
@@ -78,18 +80,11 @@ impl Rlqs {
     /// Put a reloaded `[rlqs]` in force: the next report of every stream is
     /// answered under it (the listener stays as it was started).
     pub fn apply(&self, config: &RlqsConfig) {
-        *self
-            .settings
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Arc::new(Settings::new(config));
+        self.settings.store(Arc::new(Settings::new(config)));
     }
 
     fn settings(&self) -> Arc<Settings> {
-        // A panic while swapping cannot leave half an Arc behind.
-        self.settings
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .clone()
+        self.settings.load_full()
     }
 }
 

@@ -26,7 +26,9 @@ pub mod route;
 mod topology;
 pub mod wire;
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
 use std::time::Duration;
 
 pub use self::conn::ConnectionStates;
@@ -140,7 +142,7 @@ impl MemcachedStore {
             None => Topology::of_servers(&options.servers, &dialer, &settings),
         };
         let cell = Arc::new(TopologyCell {
-            current: RwLock::new(Arc::new(topology)),
+            current: ArcSwap::from_pointee(topology),
             dialer: dialer.clone(),
             settings,
             status: DiscoveryStatus::default(),
