@@ -106,6 +106,7 @@ impl<T: Send + Sync + 'static> ByName<T> {
     }
 
     /// The entry of `name`, if it has one (not made, not kept).
+    #[cfg_attr(not(feature = "server"), allow(dead_code))]
     pub(crate) fn get(&self, name: &str) -> Option<Arc<T>> {
         self.shared
             .read()

@@ -1,5 +1,5 @@
 //! The JSON API's shapes: requests in (validated, with errors that name the
-//! field), decisions out (body and rate-limit headers).
+//! field), and the JSON answers other than a decision's (see `answer`).
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -8,12 +8,10 @@ use http_body_util::Full;
 use hyper::body::Bytes;
 use hyper::header::{CONTENT_TYPE, HeaderValue};
 use hyper::{HeaderMap, Response, StatusCode};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use crate::headers::PolicyHeaders;
-use crate::limiter::Decision;
 use crate::policy::{LimitSpec, MAX_LIMITS, Policy};
-use crate::window::LimitState;
 
 pub(crate) type Body = Full<Bytes>;
 
@@ -141,62 +139,6 @@ fn inline_policy(specs: &[LimitSpec]) -> Result<Policy, String> {
         })
         .collect::<Result<Vec<_>, _>>()?;
     Policy::inline(limits).map_err(|error| format!("limits: {error}"))
-}
-
-#[derive(Serialize)]
-struct DecisionBody<'a> {
-    allowed: bool,
-    remaining: u64,
-    retry_after_ms: Option<u64>,
-    limits: LimitBodies<'a>,
-    source: &'static str,
-    /// Present for a shadow policy only: it admitted, and says what it
-    /// would have decided.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    shadow: Option<bool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    would_allow: Option<bool>,
-}
-
-/// The limits of a decision, serialized as they are, not copied first.
-struct LimitBodies<'a>(&'a [LimitState]);
-
-impl Serialize for LimitBodies<'_> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_seq(self.0.iter().map(|state| LimitBody {
-            limit: state.limit.limit(),
-            window_ms: state.limit.window().window_ms(),
-            precision: state.limit.window().precision(),
-            estimate: state.estimate.as_f64(),
-            remaining: state.remaining,
-        }))
-    }
-}
-
-#[derive(Serialize)]
-struct LimitBody {
-    limit: u64,
-    window_ms: u64,
-    precision: u32,
-    estimate: f64,
-    remaining: u64,
-}
-
-pub(crate) fn decision_json(decision: &Decision) -> Bytes {
-    let body = DecisionBody {
-        allowed: decision.allowed,
-        remaining: decision.remaining(),
-        retry_after_ms: decision.retry_after_ms,
-        limits: LimitBodies(&decision.limits),
-        source: decision.source.as_str(),
-        shadow: decision.shadow.then_some(true),
-        would_allow: decision.shadow.then_some(decision.would_allow),
-    };
-    // One limit's answer takes about 180 bytes: one allocation, no regrowth.
-    let mut buffer = Vec::with_capacity(128 + 96 * decision.limits.len());
-    // Serializing plain numbers and strings into a Vec cannot fail.
-    let _ = serde_json::to_writer(&mut buffer, &body);
-    Bytes::from(buffer)
 }
 
 /// A JSON answer (an empty body has no content type: there is no JSON in

@@ -8,6 +8,7 @@ use hyper::body::{Bytes, Incoming};
 use hyper::{HeaderMap, Request, Response, StatusCode};
 
 use super::App;
+use super::answer;
 use super::api::{self, Body};
 use super::routes::check_error;
 use crate::config::check_deny_status;
@@ -113,7 +114,7 @@ async fn authorize(
     } else {
         // deny_status was checked to be 4xx or 5xx.
         let status = StatusCode::from_u16(deny_status).unwrap_or(StatusCode::TOO_MANY_REQUESTS);
-        (status, api::decision_json(&decision))
+        (status, answer::decision_json(&decision))
     };
     api::respond(status, body, |headers| {
         crate::headers::rate_limit_headers(&decision, &served.headers, headers)

@@ -8,6 +8,7 @@ use hyper::header::{ALLOW, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 
 use super::App;
+use super::answer;
 use super::api::{self, Body, Call};
 use super::body::read_body;
 use super::forward_auth::{forward_auth, forward_auth_path};
@@ -203,7 +204,7 @@ async fn decide(app: &App, request: Request<Incoming>, operation: Operation) -> 
         let decision = limiter.exempt(policy);
         app.ops.decided(policy.scope(), &key, &decision);
         // No RateLimit headers: the limits do not apply to this key.
-        return api::respond(StatusCode::OK, api::decision_json(&decision), |_| {});
+        return api::respond(StatusCode::OK, answer::decision_json(&decision), |_| {});
     }
     let outcome = match operation {
         Operation::Check => limiter.check(&key, policy, cost).await,
@@ -222,7 +223,7 @@ async fn decide(app: &App, request: Request<Incoming>, operation: Operation) -> 
         Operation::Check | Operation::Peek if decision.allowed => StatusCode::OK,
         Operation::Check | Operation::Peek => StatusCode::TOO_MANY_REQUESTS,
     };
-    api::respond(status, api::decision_json(&decision), |headers| {
+    api::respond(status, answer::decision_json(&decision), |headers| {
         crate::headers::rate_limit_headers(&decision, &served.headers, headers)
     })
 }
