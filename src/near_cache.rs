@@ -38,7 +38,10 @@ use crate::window;
 
 // The table's hash of a digest: a seeded fold, not SipHash again.
 mod hasher;
+// Which keys it may hold, answered without a lookup.
+mod presence;
 use hasher::SeededFold;
+use presence::Presence;
 
 /// Which entry: the key (with its scope) and the windows of the policy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -165,8 +168,14 @@ impl Expiry<NearKey, Arc<Entry>> for UntilUseless {
 }
 
 pub struct NearCache {
-    cache: Option<Cache<NearKey, Arc<Entry>, SeededFold>>,
+    cache: Option<Held>,
     revalidate_ms: u64,
+}
+
+/// The entries, and which keys they may be of.
+struct Held {
+    entries: Cache<NearKey, Arc<Entry>, SeededFold>,
+    presence: Arc<Presence>,
 }
 
 impl NearCache {
@@ -184,11 +193,16 @@ impl NearCache {
             // `max_bytes / capacity`, so no more than `capacity` fit, and at
             // least its real size, so together they stay under `max_bytes`.
             let floor = u32::try_from(max_bytes / capacity).unwrap_or(u32::MAX);
-            Cache::builder()
+            let presence = Arc::new(Presence::new(capacity));
+            let gone = presence.clone();
+            let entries = Cache::builder()
                 .max_capacity(max_bytes)
                 .weigher(move |_: &NearKey, entry: &Arc<Entry>| entry.bytes.max(floor))
                 .expire_after(UntilUseless)
-                .build_with_hasher(SeededFold::new())
+                // Whatever the cause: expired, evicted, replaced, invalidated.
+                .eviction_listener(move |key: Arc<NearKey>, _, _| gone.removed(&key))
+                .build_with_hasher(SeededFold::new());
+            Held { entries, presence }
         });
         NearCache {
             cache,
@@ -205,7 +219,12 @@ impl NearCache {
 
     /// What is remembered of `key` for a check of `policy` at `now_ms`.
     pub fn lookup(&self, key: &NearKey, policy: &Policy, now_ms: u64) -> Lookup {
-        let Some(entry) = self.cache.as_ref().and_then(|cache| cache.get(key)) else {
+        let Some(entry) = self
+            .cache
+            .as_ref()
+            .filter(|held| held.presence.may_hold(key))
+            .and_then(|held| held.entries.get(key))
+        else {
             return Lookup::Unknown;
         };
         let Some(bounds) = slid(&entry, policy, now_ms) else {
@@ -237,7 +256,7 @@ impl NearCache {
     /// or the store admits it again.
     pub fn forget(&self, key: &NearKey) {
         if let Some(cache) = &self.cache {
-            cache.invalidate(key);
+            cache.entries.invalidate(key);
         }
     }
 
@@ -252,13 +271,20 @@ impl NearCache {
     ) {
         if let Some(cache) = &self.cache {
             let seen = seen.into_iter().collect();
-            cache.insert(key, Arc::new(Entry::new(seen, lifetime, read_at_ms)));
+            // Counted before it is in: a lookup never skips a held entry
+            // for long (see `presence`).
+            cache.presence.added(&key);
+            cache
+                .entries
+                .insert(key, Arc::new(Entry::new(seen, lifetime, read_at_ms)));
         }
     }
 
     /// How many keys are remembered (approximately: moka counts lazily).
     pub fn len(&self) -> u64 {
-        self.cache.as_ref().map_or(0, |cache| cache.entry_count())
+        self.cache
+            .as_ref()
+            .map_or(0, |cache| cache.entries.entry_count())
     }
 
     pub fn is_empty(&self) -> bool {
@@ -269,8 +295,8 @@ impl NearCache {
     /// `max_bytes / capacity` for an entry smaller than that.
     pub fn settled_weight(&self) -> u64 {
         self.cache.as_ref().map_or(0, |cache| {
-            cache.run_pending_tasks();
-            cache.weighted_size()
+            cache.entries.run_pending_tasks();
+            cache.entries.weighted_size()
         })
     }
 
@@ -278,8 +304,8 @@ impl NearCache {
     /// gauge read once per scrape, never on the request path.
     pub fn settled_len(&self) -> u64 {
         self.cache.as_ref().map_or(0, |cache| {
-            cache.run_pending_tasks();
-            cache.entry_count()
+            cache.entries.run_pending_tasks();
+            cache.entries.entry_count()
         })
     }
 }
@@ -312,6 +338,53 @@ mod tests {
     /// The lower bounds of a policy of one limit.
     fn lower(counts: &[u64]) -> LowerBounds {
         smallvec::smallvec![counts.iter().copied().collect()]
+    }
+
+    /// The filter beside the cache never hides an entry moka holds, through
+    /// replacements, invalidations and evictions of many more keys than fit.
+    #[test]
+    fn every_entry_held_is_found_through_churn() {
+        let limit = Limit::new(5, 60_000, 1).unwrap();
+        let policy = Policy::new("api", vec![limit]).unwrap();
+        let cache = NearCache::new(100).with_revalidate(Duration::from_secs(3600));
+        let key = |n: u32| NearKey::new(KeyDigest::of("api", &format!("k{n}")), &policy);
+        let seen = || Seen {
+            window: limit.window(),
+            bucket: 10,
+            counts: smallvec::smallvec![0, 5],
+        };
+        let remember =
+            |n: u32| cache.remember(key(n), vec![seen()], Duration::from_secs(60), 600_000);
+        for round in 0..3 {
+            for n in 0..1_000 {
+                remember(n);
+                if n % 3 == round {
+                    remember(n); // replaced
+                }
+                if n % 7 == round {
+                    cache.forget(&key(n));
+                }
+            }
+        }
+        let held = cache.cache.as_ref().unwrap();
+        held.entries.run_pending_tasks();
+        let mut found = 0;
+        for n in 0..1_000 {
+            if held.entries.contains_key(&key(n)) {
+                assert_ne!(
+                    cache.lookup(&key(n), &policy, 600_000),
+                    Lookup::Unknown,
+                    "k{n}"
+                );
+                found += 1;
+            }
+        }
+        assert!(found > 0 && found <= 100, "{found} held");
+        // Forgotten, then remembered again: found again.
+        cache.forget(&key(5));
+        assert_eq!(cache.lookup(&key(5), &policy, 600_000), Lookup::Unknown);
+        remember(5);
+        assert_ne!(cache.lookup(&key(5), &policy, 600_000), Lookup::Unknown);
     }
 
     #[test]
