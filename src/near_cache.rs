@@ -25,10 +25,8 @@
 //! limiter's clock, so a stale entry can never reject wrongly.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use moka::Expiry;
 use moka::sync::Cache;
 use smallvec::SmallVec;
 
@@ -38,8 +36,11 @@ use crate::window;
 
 // The table's hash of a digest: a seeded fold, not SipHash again.
 mod hasher;
+// One key's entry, its weight and expiry.
+mod entry;
 // Which keys it may hold, answered without a lookup.
 mod presence;
+use entry::{Entry, UntilUseless, slid};
 use hasher::SeededFold;
 use presence::Presence;
 
@@ -70,66 +71,8 @@ pub struct Seen {
 
 /// Bytes the near-cache may hold when `near_cache.max_bytes` is not set.
 pub const DEFAULT_MAX_BYTES: u64 = 64 * 1024 * 1024;
-/// What an entry costs besides the key and the value: moka's entry node, its
-/// place in the access and expiry orders, its hash table slot, and the
-/// allocator's headers. An estimate, fitted to the resident memory of
-/// 100,000 refused keys of 128 counters (tests/bounds.rs).
-const MOKA_BYTES_PER_ENTRY: usize = 256;
-
 /// How long an entry is trusted when `near_cache.revalidate_ms` is not set.
 pub const DEFAULT_REVALIDATE: Duration = Duration::from_secs(1);
-
-/// What one key's entry holds, in one allocation for a policy of one limit
-/// at precision 1.
-struct Entry {
-    seen: SmallVec<[Seen; 1]>,
-    lifetime: Duration,
-    /// What the entry costs in memory, counted once when made.
-    bytes: u32,
-    /// When the last check that went to the store for this entry set out,
-    /// on the limiter's clock: the counts' read time at first.
-    revalidated_ms: AtomicU64,
-}
-
-impl Entry {
-    fn new(seen: SmallVec<[Seen; 1]>, lifetime: Duration, read_at_ms: u64) -> Entry {
-        let heap_of_seen = if seen.spilled() {
-            seen.capacity() * size_of::<Seen>()
-        } else {
-            0
-        };
-        let heap_of_counts: usize = seen
-            .iter()
-            .filter(|seen| seen.counts.spilled())
-            .map(|seen| seen.counts.capacity() * size_of::<u64>())
-            .sum();
-        // The key, the Arc's counts and the entry itself, what it points
-        // to, and moka's own bookkeeping.
-        let bytes = size_of::<NearKey>()
-            + 2 * size_of::<usize>()
-            + size_of::<Entry>()
-            + heap_of_seen
-            + heap_of_counts
-            + MOKA_BYTES_PER_ENTRY;
-        Entry {
-            seen,
-            lifetime,
-            bytes: u32::try_from(bytes).unwrap_or(u32::MAX),
-            revalidated_ms: AtomicU64::new(read_at_ms),
-        }
-    }
-
-    /// Whether the caller is the one check of this interval to read the
-    /// store again: the entry is older than `interval_ms`, and no other
-    /// check claimed it since.
-    fn claim_revalidation(&self, now_ms: u64, interval_ms: u64) -> bool {
-        self.revalidated_ms
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |last| {
-                (now_ms >= last.saturating_add(interval_ms)).then_some(now_ms)
-            })
-            .is_ok()
-    }
-}
 
 /// Each limit's remembered counts, slid to the instant of a lookup: inline
 /// for up to two limits, so a hot reject allocates nothing for them.
@@ -147,24 +90,6 @@ pub enum Lookup {
     /// Counts older than the interval: the caller, alone for this interval,
     /// reads the store before refusing with them.
     Revalidate(LowerBounds),
-}
-
-struct UntilUseless;
-
-impl Expiry<NearKey, Arc<Entry>> for UntilUseless {
-    fn expire_after_create(&self, _: &NearKey, entry: &Arc<Entry>, _: Instant) -> Option<Duration> {
-        Some(entry.lifetime)
-    }
-
-    fn expire_after_update(
-        &self,
-        _: &NearKey,
-        entry: &Arc<Entry>,
-        _: Instant,
-        _: Option<Duration>,
-    ) -> Option<Duration> {
-        Some(entry.lifetime)
-    }
 }
 
 pub struct NearCache {
@@ -308,26 +233,6 @@ impl NearCache {
             cache.entries.entry_count()
         })
     }
-}
-
-/// An entry's counts of each limit of `policy`, slid to `now_ms`; `None`
-/// when it was made for other windows, or the clock went back.
-fn slid(entry: &Entry, policy: &Policy, now_ms: u64) -> Option<LowerBounds> {
-    if entry.seen.len() != policy.limits().len() {
-        return None;
-    }
-    policy
-        .limits()
-        .iter()
-        .zip(&entry.seen)
-        .map(|(limit, seen)| {
-            let window = limit.window();
-            if seen.window != window {
-                return None;
-            }
-            window::slide(&seen.counts, seen.bucket, window.bucket_of(now_ms))
-        })
-        .collect()
 }
 
 #[cfg(test)]
@@ -556,9 +461,12 @@ mod tests {
         cache.remember(created, vec![seen()], lifetime, 600_000);
         cache.remember(updated, vec![seen()], Duration::from_secs(3600), 600_000);
         cache.remember(updated, vec![seen()], lifetime, 600_000);
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while cache.settled_len() > 0 {
-            assert!(Instant::now() < deadline, "entries outlived their lifetime");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "entries outlived their lifetime"
+            );
             std::thread::sleep(Duration::from_millis(5));
         }
         assert!(cache.is_empty());
