@@ -3,24 +3,25 @@
 //! test`) and by cargo-fuzz (`fuzz/`, libFuzzer on a nightly toolchain).
 //! Not an API: public only so that the `fuzz/` crate can call them.
 
-use std::collections::HashMap;
 use std::path::Path;
 use std::sync::OnceLock;
 
 use crate::config::{Config, Overrides};
 use crate::policy::{Limit, Policy, Window, parse_duration_ms};
-use crate::server::api::{Served, parse_call};
+use crate::server::api::{NamedPolicies, Served, parse_call};
 use crate::store::memcached::wire;
 use crate::store::{CounterKey, KeyDigest};
 
 /// The body of check, peek and report: accepted, or refused with a
 /// message that names a field.
 pub fn request_body(body: &[u8]) {
-    static POLICIES: OnceLock<HashMap<String, Served>> = OnceLock::new();
+    static POLICIES: OnceLock<NamedPolicies> = OnceLock::new();
     let policies = POLICIES.get_or_init(|| {
         let limit = Limit::new(10, 1_000, 1).expect("a valid limit");
         let policy = Policy::new("api", vec![limit]).expect("a valid policy");
-        [("api".to_owned(), Served::new(policy))].into()
+        [("api".to_owned(), Served::new(policy))]
+            .into_iter()
+            .collect()
     });
     match parse_call(body, policies) {
         Ok(call) => assert!(call.cost == 1 || body.windows(4).any(|w| w == b"cost")),

@@ -49,6 +49,11 @@ impl Served {
     }
 }
 
+/// The named policies in force, by name. Every request looks its policy up
+/// here: hashed with foldhash, not SipHash (the names are the
+/// configuration's, so a client cannot fill the map with colliding ones).
+pub(crate) type NamedPolicies = HashMap<String, Served, foldhash::fast::RandomState>;
+
 /// A call: whose key, which limits, what cost. The key and cost are checked
 /// by the limiter, which every caller goes through.
 pub(crate) struct Call<'a> {
@@ -60,7 +65,7 @@ pub(crate) struct Call<'a> {
 /// Parse and validate a body; the error is the 400 message, naming the field.
 pub(crate) fn parse_call<'a>(
     body: &'a [u8],
-    policies: &'a HashMap<String, Served>,
+    policies: &'a NamedPolicies,
 ) -> Result<Call<'a>, String> {
     // serde would also read a struct from an array, by position: refuse
     // anything but an object before it gets the chance.
@@ -108,7 +113,7 @@ fn explain(body: &[u8], plain: serde_json::Error) -> String {
 
 pub(crate) fn named_policy<'a>(
     name: &str,
-    policies: &'a HashMap<String, Served>,
+    policies: &'a NamedPolicies,
 ) -> Result<&'a Served, String> {
     policies.get(name).ok_or_else(|| {
         let mut known: Vec<&str> = policies.keys().map(String::as_str).collect();
@@ -172,9 +177,9 @@ mod tests {
     use super::*;
     use crate::policy::Limit;
 
-    fn policies() -> HashMap<String, Served> {
+    fn policies() -> NamedPolicies {
         let api = Policy::new("api", vec![Limit::new(10, 1_000, 1).unwrap()]).unwrap();
-        HashMap::from([("api".to_owned(), Served::new(api))])
+        [("api".to_owned(), Served::new(api))].into_iter().collect()
     }
 
     fn error_of(body: &str) -> String {

@@ -20,7 +20,6 @@ mod routes;
 
 pub use routes::{Access, Methods, ROUTES, Route, RoutePath};
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -80,7 +79,7 @@ pub struct App {
 
 /// The settings that change without a restart.
 pub(crate) struct Live {
-    pub policies: HashMap<String, api::Served>,
+    pub policies: api::NamedPolicies,
     pub auth: AuthConfig,
     /// Keys and forward-auth clients never limited.
     pub exemptions: Exemptions,
