@@ -337,8 +337,8 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         verdict(r16 >= 0.9)
     );
     println!(
-        "- library, 256 callers >= 0.7x the pipelined ceiling: {r256:.2}x, {}",
-        verdict(r256 >= 0.7)
+        "- library, 256 callers >= 0.8x the pipelined ceiling: {r256:.2}x, {}",
+        verdict(r256 >= 0.8)
     );
     println!(
         "- library, 256 callers p99 <= 2x the pipelined p99: {:.0} vs {:.0} us, {}",
