@@ -4,10 +4,9 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-
-use arc_swap::ArcSwap;
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use hyper::header::{AUTHORIZATION, HeaderValue, WWW_AUTHENTICATE};
 use hyper::{Request, Response, StatusCode};
 use tokio::net::{TcpListener, TcpStream};
@@ -31,8 +30,8 @@ pub(crate) struct Guard {
     #[cfg_attr(not(feature = "grpc"), allow(dead_code))]
     quiet_timeout: Duration,
     /// What a reload swaps: a call reads the tokens in force when it is
-    /// checked, so a revoked token is refused from the next call on. A read
-    /// lock and no allocation: the hot path stays as it was.
+    /// checked, so a revoked token is refused from the next call on. Read
+    /// without a lock or a count (arc-swap), and no allocation.
     tokens: ArcSwap<TokenSettings>,
     open: Arc<AtomicUsize>,
     refused: AtomicU64,

@@ -22,10 +22,9 @@ pub use routes::{Access, Methods, ROUTES, Route, RoutePath};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-
-use arc_swap::ArcSwap;
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};

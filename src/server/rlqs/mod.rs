@@ -29,7 +29,6 @@ mod stream;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-
 use tokio::net::TcpListener;
 
 use super::App;

@@ -27,9 +27,9 @@ mod topology;
 pub mod wire;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use std::time::Duration;
 
 pub use self::conn::ConnectionStates;
 use self::conn::{Additions, Commands, Delivery, Node, Settings};
