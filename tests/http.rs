@@ -405,6 +405,56 @@ async fn statuses_for_size_method_and_path() {
     }
 }
 
+/// A body that comes in several chunks is read whole, and the limit holds
+/// to the byte: 64 KiB of chunks is read (and decided), one byte more is a
+/// 413.
+#[tokio::test]
+async fn a_body_in_chunks_is_read_whole_up_to_the_limit() {
+    let app = memory_app().await;
+    let chunked = |pieces: &[&str]| {
+        let mut request =
+            "POST /v1/check HTTP/1.1\r\nhost: t\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n"
+                .to_owned();
+        for piece in pieces {
+            request.push_str(&format!("{:x}\r\n{piece}\r\n", piece.len()));
+        }
+        request.push_str("0\r\n\r\n");
+        request
+    };
+    let answer_to = |request: String| async move {
+        let mut stream = tokio::net::TcpStream::connect(app.addr).await.unwrap();
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        tokio::time::timeout(Duration::from_secs(10), stream.read_to_string(&mut answer))
+            .await
+            .expect("an answer within 10 s")
+            .unwrap();
+        answer
+    };
+    let answer = answer_to(chunked(&[
+        r#"{"key": "#,
+        r#""chunks", "poli"#,
+        r#"cy": "api"}"#,
+    ]))
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains(r#""allowed":true"#), "{answer}");
+
+    // Whitespace is JSON: a call padded to exactly the limit, in 4 KiB chunks.
+    let call = r#"{"key": "padded", "policy": "api"}"#;
+    let padded = format!("{call}{}", " ".repeat(64 * 1024 - call.len()));
+    let pieces: Vec<&str> = padded
+        .as_bytes()
+        .chunks(4096)
+        .map(|piece| std::str::from_utf8(piece).unwrap())
+        .collect();
+    let answer = answer_to(chunked(&pieces)).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let over = format!("{padded} ");
+    let answer = answer_to(chunked(&[&over[..40_000], &over[40_000..]])).await;
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+}
+
 /// A client that announces a 1 MiB body and sends all of it before it
 /// reads must read the 413, not a reset: the server answers at once, then
 /// reads what is in flight (up to a bound) before it closes.
