@@ -153,11 +153,37 @@ fn find(binary: &str) -> Option<PathBuf> {
         .find(|candidate| candidate.is_file())
 }
 
-/// A fresh directory under the system's temporary one.
+/// A fresh directory under `slidegate-tests/<this process>/` in the
+/// system's temporary one. Each test process removes, once, the
+/// directories of test processes that have ended: a run leaves its files
+/// for a look after it (a failed test's logs and configurations) until the
+/// next run, and no run adds to `/tmp` for good.
 pub fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("{name}-{}", super::unique_namespace()));
+    static SWEPT: std::sync::Once = std::sync::Once::new();
+    let root = std::env::temp_dir().join("slidegate-tests");
+    SWEPT.call_once(|| remove_ended_processes_dirs(&root));
+    let dir = root
+        .join(std::process::id().to_string())
+        .join(format!("{name}-{}", super::unique_namespace()));
     std::fs::create_dir_all(&dir).expect("create a temporary directory");
     dir
+}
+
+/// Remove every `root/<pid>` whose process has ended.
+fn remove_ended_processes_dirs(root: &Path) {
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let ended = name
+            .to_str()
+            .and_then(|pid| pid.parse::<u32>().ok())
+            .is_some_and(|pid| !Path::new("/proc").join(pid.to_string()).exists());
+        if ended {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
 }
 
 /// Run `command` (a tool that makes files, say) to its end and require
