@@ -30,8 +30,7 @@ fn openssl(dir: &Path, args: &[&str]) {
 /// A CA, and a server certificate it signed for `NODE_NAME` and 127.0.0.1;
 /// plus a second CA that signed nothing.
 fn certificates() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("slidegate-tls-{}", common::unique_namespace()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::process::temp_dir("slidegate-tls");
     let days = "2";
     for ca in ["ca", "other-ca"] {
         openssl(
