@@ -5,7 +5,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -17,6 +17,8 @@ pub struct Server {
     pub addr: SocketAddr,
     /// Envoy RLS gRPC, when served (slidegate only).
     pub rls_addr: Option<SocketAddr>,
+    /// What it was started with (its configuration), removed when it stops.
+    files: Vec<PathBuf>,
 }
 
 impl Server {
@@ -29,6 +31,9 @@ impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        for file in &self.files {
+            let _ = std::fs::remove_file(file);
+        }
     }
 }
 
@@ -103,6 +108,7 @@ config = "{rules}"
         child,
         addr,
         rls_addr: Some(rls_addr),
+        files: vec![config, rules],
     }
 }
 
@@ -120,6 +126,7 @@ pub fn start_echo() -> Server {
         child,
         addr,
         rls_addr: None,
+        files: Vec::new(),
     }
 }
 
