@@ -423,13 +423,7 @@ async fn a_body_in_chunks_is_read_whole_up_to_the_limit() {
     };
     let answer_to = |request: String| async move {
         let mut stream = tokio::net::TcpStream::connect(app.addr).await.unwrap();
-        stream.write_all(request.as_bytes()).await.unwrap();
-        let mut answer = String::new();
-        tokio::time::timeout(Duration::from_secs(10), stream.read_to_string(&mut answer))
-            .await
-            .expect("an answer within 10 s")
-            .unwrap();
-        answer
+        http::raw_exchange(&mut stream, request.as_bytes(), Duration::from_secs(10)).await
     };
     let answer = answer_to(chunked(&[
         r#"{"key": "#,
@@ -833,12 +827,7 @@ async fn shutdown_finishes_the_request_in_flight() {
         tokio::net::TcpStream::connect(addr).await.is_err()
     })
     .await;
-    stream.write_all(body.as_bytes()).await.unwrap();
-    let mut answer = String::new();
-    tokio::time::timeout(Duration::from_secs(5), stream.read_to_string(&mut answer))
-        .await
-        .expect("answered and closed")
-        .unwrap();
+    let answer = http::raw_exchange(&mut stream, body.as_bytes(), Duration::from_secs(5)).await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     tokio::time::timeout(Duration::from_secs(5), &mut app.served)
         .await

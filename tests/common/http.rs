@@ -114,3 +114,21 @@ pub async fn post(addr: SocketAddr, path: &str, body: &str) -> Response {
 pub async fn get(addr: SocketAddr, path: &str) -> Response {
     send(addr, "GET", path, &[], Bytes::new()).await
 }
+
+/// Write `bytes` (a raw request, as a client that is not hyper would) on
+/// `stream` and read everything the server answers until it closes the
+/// connection; past `within` the test fails.
+pub async fn raw_exchange(
+    stream: &mut TcpStream,
+    bytes: &[u8],
+    within: std::time::Duration,
+) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    stream.write_all(bytes).await.expect("write the request");
+    let mut answer = String::new();
+    tokio::time::timeout(within, stream.read_to_string(&mut answer))
+        .await
+        .unwrap_or_else(|_| panic!("no answer and close within {within:?}"))
+        .expect("read the answer");
+    answer
+}
