@@ -41,7 +41,7 @@ fn reset_counters(digest: KeyDigest, policy: &Policy, now_ms: u64) -> Counters {
             bucket: layout.current.bucket + 1,
             ..layout.current
         };
-        counters.extend(layout.older);
+        counters.extend(layout.older());
         counters.extend([layout.current, next]);
     }
     counters

@@ -213,7 +213,8 @@ impl<S: Store> Limiter<S> {
             self.take_back_all(deadline, &added, local).await;
             return Err(error);
         }
-        let counts_by_group: Vec<Vec<Counts>> = counts_by_group.into_iter().flatten().collect();
+        let counts_by_group: Vec<counters::CountsByLimit> =
+            counts_by_group.into_iter().flatten().collect();
 
         let verdicts: Vec<Vec<Verdict>> = groups
             .iter()
