@@ -3,7 +3,10 @@
 //! counts do not move with the machine's load, so two builds compare on a
 //! shared, noisy machine where checks per second cannot tell 10% apart.
 //!
-//!     instructions --memcached 127.0.0.1:11211 --checks 20000 --callers 64 [--hot]
+//!     instructions --memcached 127.0.0.1:11211 --checks 20000 --callers 64 [--hot] [--keys N]
+//!
+//! Every check has a key of its own unless `--keys N` cycles through N
+//! (the benchmark's 10,000), or `--hot` gives all one.
 //!
 //! Prints the checks made; the script divides callgrind's total by them
 //! (after subtracting a run with no checks, the set-up's cost).
@@ -15,7 +18,7 @@ use slidegate::{Limit, Limiter, MemcachedOptions, MemcachedStore, Policy, Source
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut memcached = String::from("127.0.0.1:11211");
-    let (mut checks, mut callers, mut hot) = (20_000u64, 64u64, false);
+    let (mut checks, mut callers, mut keys) = (20_000u64, 64u64, u64::MAX);
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let mut value = || args.next().ok_or(format!("{flag} needs a value"));
@@ -23,7 +26,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             "--memcached" => memcached = value()?,
             "--checks" => checks = value()?.parse()?,
             "--callers" => callers = value()?.parse()?,
-            "--hot" => hot = true,
+            "--hot" => keys = 1,
+            "--keys" => keys = value()?.parse()?,
             other => return Err(format!("unknown flag {other}").into()),
         }
     }
@@ -59,7 +63,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             tokio::spawn(async move {
                 let mut made = 0u64;
                 for index in (caller..checks).step_by(callers as usize) {
-                    let key = if hot { 0 } else { index };
+                    let key = index % keys;
                     let decision = limiter.check(&format!("k{key}"), &policy, 1).await;
                     assert!(
                         decision.is_ok_and(
