@@ -840,6 +840,40 @@ async fn shutdown_finishes_the_request_in_flight() {
     );
 }
 
+/// An idle keep-alive connection does not hold shutdown up: it is closed
+/// at once, and serving ends well before the drain's 10 s.
+#[tokio::test]
+async fn shutdown_closes_an_idle_keep_alive_connection_at_once() {
+    let mut app = memory_app().await;
+    let mut stream = tokio::net::TcpStream::connect(app.addr).await.unwrap();
+    let body = r#"{"key": "k", "policy": "api"}"#;
+    let request = format!(
+        "POST /v1/check HTTP/1.1\r\nhost: t\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = vec![0u8; 4096];
+    let read = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut answer))
+        .await
+        .expect("an answer")
+        .unwrap();
+    assert!(answer[..read].starts_with(b"HTTP/1.1 200"));
+    // Answered and kept alive: idle now.
+    let stopping = std::time::Instant::now();
+    app.stop.take().unwrap().send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(5), &mut app.served)
+        .await
+        .expect("serve returned while a connection was idle")
+        .unwrap()
+        .unwrap();
+    let closed = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut answer)).await;
+    assert!(
+        matches!(closed, Ok(Ok(0) | Err(_))),
+        "the idle connection was closed"
+    );
+    assert!(stopping.elapsed() < Duration::from_secs(5));
+}
+
 mod binary {
     //! The `slidegate` binary itself: configuration layering, errors that
     //! name the file and field, SIGTERM.
