@@ -1,7 +1,7 @@
 //! The callers' side of one connection: requests in through a bounded
-//! queue, batches out. The writer takes what is queued, lets the callers
-//! that are runnable right now add theirs, and sends it all in one write:
-//! N concurrent checks cost one write, not N. A batch is bounded by the
+//! queue, batches out. The writer takes what is queued and sends it all in
+//! one write, and while that write waits for its replies the next batch
+//! gathers: N concurrent checks cost one write, not N. A batch is bounded by the
 //! commands it carries, not the requests, so one request of many counters
 //! cannot make a write (and the replies every other key waits behind) grow
 //! without bound.
@@ -190,9 +190,14 @@ pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
             };
             batch.push(request);
         }
-        // Let the callers that are runnable now queue theirs: this is what
-        // turns N concurrent checks into one write.
-        tokio::task::yield_now().await;
+        // Whatever is queued goes with it. The writer does not yield first
+        // to let more callers queue theirs: tokio defers a yielded task
+        // until its worker next polls the I/O driver, behind every task
+        // runnable then, and on a hot key that task's write is what a
+        // whole gathered batch waits for (without the yield: one hot key
+        // 1.31M -> 1.84M checks/s, one caller 19k -> 26k). Under load the
+        // requests that arrive during a write's round trip gather anyway
+        // (see WRITES_IN_FLIGHT).
         batch.fill(&mut queue);
         // A write already out brings its replies within a round trip; until
         // then, gather (see WRITES_IN_FLIGHT). A full batch stops taking
