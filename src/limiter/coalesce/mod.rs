@@ -101,10 +101,15 @@ impl<S: Store> Limiter<S> {
                     }
                     Some(Turn::Lead(hand_off)) => (hand_off.take(), self.clock.now_ms()),
                     // Its batch was dropped unanswered (nothing drops one
-                    // today: a leader that gives up passes the lead on).
-                    // Nothing counted it.
+                    // today: a leader that gives up passes the lead on, and
+                    // a batch is answered before it is let go). Nothing
+                    // counted it, and no store call was made for it: the
+                    // failure mode decides, told so rather than told of a
+                    // timeout that did not happen.
                     None => {
-                        let error = StoreError::Timeout(self.timeout.as_millis() as u64);
+                        let error = StoreError::Unreachable(
+                            "the batch this check waited in ended unanswered".to_owned(),
+                        );
                         let waited = Arrival {
                             now_ms: self.clock.now_ms(),
                             ..arrival
