@@ -10,6 +10,8 @@
 //! | file | owns |
 //! |---|---|
 //! | `mod.rs` | the [`Store`] impl: a batch in, counts out; readiness node by node |
+//! | `readiness` | every node pinged at once: ready while any answers |
+//! | `options` | how to reach Memcached: servers or discovery, TLS, namespace, timeout, connections |
 //! | `topology` | the node list in use, swapped whole, and its snapshot for metrics and `/readyz` |
 //! | `conn` | multiplexed, pipelined connections: queue, reader, slots, and the overdue/stall/extra policy |
 //! | `dial` | plain TCP or TLS (rustls) connections |
@@ -22,6 +24,8 @@ pub mod clock;
 mod conn;
 mod dial;
 pub mod discovery;
+mod options;
+mod readiness;
 pub mod route;
 mod topology;
 pub mod wire;
@@ -36,65 +40,16 @@ use self::conn::{Additions, Commands, Delivery, Node, Settings};
 use self::dial::Dialer;
 use self::wire::{Command, Reply};
 use super::{
-    BatchCounts, CounterBatch, CounterKey, DEFAULT_CONNECTIONS, DEFAULT_DISCOVERY_INTERVAL,
-    NodeReadiness, Readiness, Store, StoreError, Values, bucket_ttl_secs,
+    BatchCounts, CounterBatch, CounterKey, Readiness, Store, StoreError, Values, bucket_ttl_secs,
 };
 use crate::policy::{PLAIN_NAME_RULE, is_plain_name};
 
 pub use self::clock::MemcachedClock;
 pub use self::dial::TlsOptions;
+pub use self::options::{DEFAULT_QUEUE_DEPTH, MemcachedOptions};
 pub use self::route::DigestRendezvous;
 pub(crate) use self::topology::{DiscoveryStatus, Topology, TopologyCell};
 pub use self::topology::{NodeSnapshot, TopologySnapshot, TopologySource};
-
-/// Requests that may wait for one connection before calls fail at once.
-pub const DEFAULT_QUEUE_DEPTH: usize = 4096;
-
-/// How to reach Memcached.
-#[derive(Clone, Debug)]
-pub struct MemcachedOptions {
-    /// `host:port` of each server (ignored when `discovery` is set).
-    pub servers: Vec<String>,
-    /// An ElastiCache configuration endpoint (`host:port`): the node list
-    /// comes from it and follows its changes, instead of `servers`.
-    pub discovery: Option<String>,
-    /// How often to ask the configuration endpoint.
-    pub discovery_interval: Duration,
-    /// Encryption in transit: every connection, the discovery endpoint's
-    /// included, is TLS, and a certificate that does not verify is a store
-    /// failure, never a fallback to plaintext.
-    pub tls: Option<TlsOptions>,
-    /// Prefix of every key, so several deployments can share a cluster.
-    pub namespace: String,
-    /// The limiter's bound on each call. The store uses it for `ping`; a
-    /// connection whose oldest reply is later than it is overdue and takes
-    /// no new requests; and one 20 times as late (at least a second) is
-    /// dropped as stalled.
-    pub timeout: Duration,
-    /// Multiplexed connections per server. Each carries any number of
-    /// concurrent requests, so a few are enough. While every one of a
-    /// node's connections is overdue, up to as many extra ones are dialled.
-    pub connections: usize,
-    /// Requests that may wait for one connection; past it a call fails at
-    /// once (a store error: the failure mode decides) instead of queueing
-    /// without bound.
-    pub queue_depth: usize,
-}
-
-impl Default for MemcachedOptions {
-    fn default() -> MemcachedOptions {
-        MemcachedOptions {
-            servers: vec!["127.0.0.1:11211".to_owned()],
-            discovery: None,
-            discovery_interval: DEFAULT_DISCOVERY_INTERVAL,
-            tls: None,
-            namespace: "sg".to_owned(),
-            timeout: Duration::from_millis(50),
-            connections: DEFAULT_CONNECTIONS,
-            queue_depth: DEFAULT_QUEUE_DEPTH,
-        }
-    }
-}
 
 pub struct MemcachedStore {
     cell: Arc<TopologyCell>,
@@ -380,64 +335,10 @@ impl Store for MemcachedStore {
         self.readiness().await.result
     }
 
-    /// Every node pinged at once; ready while any answers. A lost node
-    /// costs only its own keys, so it does not take the service's
-    /// readiness away (a load balancer would drop every replica at once).
+    /// Every node pinged at once; ready while any answers (see
+    /// [`readiness`]).
     async fn readiness(&self) -> Readiness {
-        let topology = self.cell.load();
-        if topology.nodes.is_empty() {
-            return Readiness {
-                result: Err(self.no_nodes()),
-                nodes: Vec::new(),
-            };
-        }
-        let mut pings = tokio::task::JoinSet::new();
-        for (at, node) in topology.nodes.iter().enumerate() {
-            let (node, timeout) = (node.clone(), self.timeout);
-            pings.spawn(async move {
-                let call = node.call(Commands::from_slice(&[Command::Noop]), Delivery::Plain);
-                let answered = match tokio::time::timeout(timeout, call).await {
-                    Ok(answered) => answered.map(drop),
-                    Err(_) => Err(StoreError::Timeout(timeout.as_millis() as u64)),
-                };
-                (at, answered)
-            });
-        }
-        let mut answers: Vec<Option<Result<(), StoreError>>> =
-            topology.nodes.iter().map(|_| None).collect();
-        while let Some(joined) = pings.join_next().await {
-            if let Ok((at, answered)) = joined {
-                answers[at] = Some(answered);
-            }
-        }
-        let nodes = topology
-            .names
-            .iter()
-            .zip(&answers)
-            .map(|(name, answer)| NodeReadiness {
-                node: name.clone(),
-                up: matches!(answer, Some(Ok(()))),
-            })
-            .collect();
-        let mut first_error = None;
-        for answer in answers {
-            match answer {
-                Some(Ok(())) => {
-                    return Readiness {
-                        result: Ok(()),
-                        nodes,
-                    };
-                }
-                Some(Err(error)) => {
-                    first_error.get_or_insert(error);
-                }
-                None => {}
-            }
-        }
-        Readiness {
-            result: Err(first_error.unwrap_or_else(|| unexpected("no node's ping finished"))),
-            nodes,
-        }
+        self.ping_every_node().await
     }
 
     fn kind(&self) -> &'static str {
