@@ -804,17 +804,21 @@ async fn a_connection_idle_for_10_s_is_closed() {
     );
 }
 
+/// The head of a `POST /v1/check` carrying `body`.
+fn check_head(body: &str) -> String {
+    format!(
+        "POST /v1/check HTTP/1.1\r\nhost: t\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    )
+}
+
 #[tokio::test]
 async fn shutdown_finishes_the_request_in_flight() {
     let mut app = memory_app().await;
     // A request whose body is still on its way when shutdown begins.
     let mut stream = tokio::net::TcpStream::connect(app.addr).await.unwrap();
     let body = r#"{"key": "k", "policy": "api"}"#;
-    let head = format!(
-        "POST /v1/check HTTP/1.1\r\nhost: t\r\ncontent-length: {}\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(check_head(body).as_bytes()).await.unwrap();
     let served = app.app.clone();
     wait_for("the connection to be served", PATIENCE, || {
         std::future::ready(served.open_connections() == 1)
@@ -847,10 +851,7 @@ async fn shutdown_closes_an_idle_keep_alive_connection_at_once() {
     let mut app = memory_app().await;
     let mut stream = tokio::net::TcpStream::connect(app.addr).await.unwrap();
     let body = r#"{"key": "k", "policy": "api"}"#;
-    let request = format!(
-        "POST /v1/check HTTP/1.1\r\nhost: t\r\ncontent-length: {}\r\n\r\n{body}",
-        body.len()
-    );
+    let request = check_head(body) + body;
     stream.write_all(request.as_bytes()).await.unwrap();
     let mut answer = vec![0u8; 4096];
     let read = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut answer))

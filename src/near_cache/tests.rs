@@ -6,6 +6,24 @@ fn lower(counts: &[u64]) -> LowerBounds {
     smallvec::smallvec![counts.iter().copied().collect()]
 }
 
+/// Five a minute under policy `api`, and the near-cache key of its key
+/// `k`: what most of these tests remember a refusal of.
+fn five_a_minute() -> (Limit, Policy, NearKey) {
+    let per_minute = Limit::new(5, 60_000, 1).unwrap();
+    let policy = Policy::new("api", vec![per_minute]).unwrap();
+    let key = NearKey::new(KeyDigest::of("api", "k"), &policy);
+    (per_minute, policy, key)
+}
+
+/// What a refusal saw of `limit` in bucket 10: `counts`, oldest first.
+fn seen_in_bucket_10(limit: Limit, counts: &[u64]) -> Seen {
+    Seen {
+        window: limit.window(),
+        bucket: 10,
+        counts: counts.iter().copied().collect(),
+    }
+}
+
 /// The filter beside the cache never hides an entry moka holds, through
 /// replacements, invalidations and evictions of many more keys than fit.
 #[test]
@@ -54,18 +72,12 @@ fn every_entry_held_is_found_through_churn() {
 
 #[test]
 fn remembered_counts_slide_with_time_and_check_windows() {
-    let per_minute = Limit::new(5, 60_000, 1).unwrap();
-    let policy = Policy::new("api", vec![per_minute]).unwrap();
+    let (per_minute, policy, key) = five_a_minute();
     // Trusted for an hour: this test is about sliding, not revalidation.
     let cache = NearCache::new(10).with_revalidate(Duration::from_secs(3600));
-    let key = NearKey::new(KeyDigest::of("api", "k"), &policy);
     assert_eq!(cache.lower_bounds(&key, &policy, 0), None);
 
-    let seen = Seen {
-        window: per_minute.window(),
-        bucket: 10,
-        counts: smallvec::smallvec![2, 5],
-    };
+    let seen = seen_in_bucket_10(per_minute, &[2, 5]);
     cache.remember(key, vec![seen], Duration::from_secs(60), 600_000);
     assert_eq!(
         cache.lower_bounds(&key, &policy, 600_000),
@@ -88,15 +100,9 @@ fn remembered_counts_slide_with_time_and_check_windows() {
 
 #[test]
 fn an_entry_is_read_again_by_one_check_per_interval() {
-    let per_minute = Limit::new(5, 60_000, 1).unwrap();
-    let policy = Policy::new("api", vec![per_minute]).unwrap();
+    let (per_minute, policy, key) = five_a_minute();
     let cache = NearCache::new(10).with_revalidate(Duration::from_secs(1));
-    let key = NearKey::new(KeyDigest::of("api", "k"), &policy);
-    let seen = Seen {
-        window: per_minute.window(),
-        bucket: 10,
-        counts: smallvec::smallvec![2, 5],
-    };
+    let seen = seen_in_bucket_10(per_minute, &[2, 5]);
     cache.remember(key, vec![seen], Duration::from_secs(60), 600_000);
     let bounds = lower(&[2, 5]);
     let at = |now_ms| cache.lookup(&key, &policy, now_ms);
@@ -184,16 +190,10 @@ fn a_key_under_two_policies_keeps_an_entry_for_each() {
 
 #[test]
 fn a_refusal_remembered_again_replaces_the_entry() {
-    let per_minute = Limit::new(5, 60_000, 1).unwrap();
-    let policy = Policy::new("api", vec![per_minute]).unwrap();
+    let (per_minute, policy, key) = five_a_minute();
     let cache = NearCache::new(10).with_revalidate(Duration::from_secs(3600));
-    let key = NearKey::new(KeyDigest::of("api", "k"), &policy);
     for counts in [[2, 5], [3, 6]] {
-        let seen = Seen {
-            window: per_minute.window(),
-            bucket: 10,
-            counts: counts.into(),
-        };
+        let seen = seen_in_bucket_10(per_minute, &counts);
         cache.remember(key, vec![seen], Duration::from_secs(60), 600_000);
     }
     assert_eq!(
@@ -207,14 +207,9 @@ fn a_refusal_remembered_again_replaces_the_entry() {
 fn entries_leave_when_their_lifetime_ends() {
     // moka's expiry runs on its own clock, not the limiter's: this test
     // polls, with a deadline that only bounds a hang.
-    let per_minute = Limit::new(5, 60_000, 1).unwrap();
-    let policy = Policy::new("api", vec![per_minute]).unwrap();
+    let (per_minute, policy, _) = five_a_minute();
     let cache = NearCache::new(10);
-    let seen = || Seen {
-        window: per_minute.window(),
-        bucket: 10,
-        counts: smallvec::smallvec![2, 5],
-    };
+    let seen = || seen_in_bucket_10(per_minute, &[2, 5]);
     let created = NearKey::new(KeyDigest::of("api", "created"), &policy);
     let updated = NearKey::new(KeyDigest::of("api", "updated"), &policy);
     let lifetime = Duration::from_millis(20);
@@ -255,15 +250,9 @@ fn by_default_capacity_bounds_the_entries_before_bytes_do() {
 
 #[test]
 fn max_bytes_zero_remembers_nothing() {
-    let per_minute = Limit::new(5, 60_000, 1).unwrap();
-    let policy = Policy::new("api", vec![per_minute]).unwrap();
+    let (per_minute, policy, key) = five_a_minute();
     let cache = NearCache::bounded(10, 0);
-    let key = NearKey::new(KeyDigest::of("api", "k"), &policy);
-    let seen = Seen {
-        window: per_minute.window(),
-        bucket: 10,
-        counts: smallvec::smallvec![2, 5],
-    };
+    let seen = seen_in_bucket_10(per_minute, &[2, 5]);
     cache.remember(key, vec![seen], Duration::from_secs(60), 600_000);
     assert_eq!(cache.lower_bounds(&key, &policy, 600_000), None);
     assert_eq!(cache.settled_len(), 0);
