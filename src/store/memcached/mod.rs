@@ -336,7 +336,7 @@ impl Store for MemcachedStore {
     }
 
     /// Every node pinged at once; ready while any answers (see
-    /// [`readiness`]).
+    /// `readiness.rs`).
     async fn readiness(&self) -> Readiness {
         self.ping_every_node().await
     }
