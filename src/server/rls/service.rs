@@ -18,18 +18,19 @@ use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
 use super::Rls;
-use super::metrics::{Outcome, RuleMetrics, ServiceMetrics};
+use super::metrics::{RuleMetrics, ServiceMetrics};
 use super::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use super::pb::envoy::service::ratelimit::v3::rate_limit_response::{
-    Code, DescriptorStatus, RateLimit,
-};
 use super::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use super::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use super::rules::{Action, Rule, Unit};
-use crate::limiter::{CheckError, Decision, Item, Limiter, Source};
+use crate::limiter::{CheckError, Decision, Item, Limiter};
 use crate::policy::{MAX_AMOUNT, Policy};
 use crate::server::App;
 use crate::store::AnyStore;
+
+mod respond;
+
+use self::respond::respond;
 
 /// The gRPC service over the shared limiter and the loaded rules.
 #[derive(Clone)]
@@ -373,107 +374,4 @@ fn counter_key(domain: &str, entries: &[(&str, &str)], shared: &[Option<&str>]) 
         }
     }
     hasher.finalize().to_hex()[..32].to_owned()
-}
-
-/// The response, statuses in request order.
-fn respond(plans: &[Plan<'_>], answers: Vec<Option<Answer>>) -> RateLimitResponse {
-    let mut over_limit = false;
-    let mut quota_descriptors = 0;
-    let mut quota_over = 0;
-    let statuses = plans
-        .iter()
-        .zip(answers)
-        .map(|(plan, answer)| match (plan, answer) {
-            (Plan::Limited(limited), Some(answer)) => {
-                let rule = limited.rule.rule();
-                let allowed = answer.allowed();
-                let near_cache =
-                    matches!(&answer, Answer::Decided(d) if d.source == Source::NearCache);
-                let outcome = match (allowed, rule.shadow_mode) {
-                    (true, _) => Outcome::WithinLimit,
-                    (false, true) => Outcome::Shadow,
-                    (false, false) => Outcome::OverLimit { near_cache },
-                };
-                limited.rule.metrics().record(limited.hits, outcome);
-                if rule.quota_mode {
-                    quota_descriptors += 1;
-                    quota_over += usize::from(!allowed);
-                } else if !allowed && !rule.shadow_mode {
-                    over_limit = true;
-                }
-                status(rule, &answer)
-            }
-            (Plan::Unlimited, _) => DescriptorStatus {
-                code: Code::Ok.into(),
-                limit_remaining: u32::MAX,
-                ..DescriptorStatus::default()
-            },
-            _ => DescriptorStatus {
-                code: Code::Ok.into(),
-                ..DescriptorStatus::default()
-            },
-        })
-        .collect();
-    // As envoyproxy/ratelimit: quota-mode descriptors refuse the request
-    // only when all of them are over their limit.
-    if quota_descriptors > 0 && quota_over == quota_descriptors {
-        over_limit = true;
-    }
-    RateLimitResponse {
-        overall_code: if over_limit {
-            Code::OverLimit
-        } else {
-            Code::Ok
-        }
-        .into(),
-        statuses,
-        ..RateLimitResponse::default()
-    }
-}
-
-fn status(rule: &Rule, answer: &Answer) -> DescriptorStatus {
-    let current_limit = Some(RateLimit {
-        name: rule.name.clone().unwrap_or_default(),
-        requests_per_unit: rule.requests_per_unit,
-        unit: rule.unit as i32,
-    });
-    let window_ms = rule.unit.ms();
-    let (allowed, remaining, reset_ms) = match answer {
-        Answer::Refused => (false, 0, window_ms),
-        Answer::Decided(decision) => {
-            let reset_ms = if decision.allowed {
-                // Sliding windows never reset at once: the counts present
-                // now have all left the window after one window and one
-                // sub-bucket.
-                decision.limits.first().map_or(window_ms, |state| {
-                    let window = state.limit.window();
-                    window.window_ms() + window.bucket_ms()
-                })
-            } else {
-                // The exact wait until the same request would be admitted.
-                decision.retry_after_ms.unwrap_or(window_ms)
-            };
-            let remaining = if decision.allowed {
-                u32::try_from(decision.remaining()).unwrap_or(u32::MAX)
-            } else {
-                0
-            };
-            (decision.allowed, remaining, reset_ms)
-        }
-    };
-    let code = if allowed || rule.shadow_mode {
-        Code::Ok
-    } else {
-        Code::OverLimit
-    };
-    DescriptorStatus {
-        code: code.into(),
-        current_limit,
-        limit_remaining: remaining,
-        duration_until_reset: Some(prost_types::Duration {
-            seconds: (reset_ms / 1000) as i64,
-            nanos: ((reset_ms % 1000) * 1_000_000) as i32,
-        }),
-        quota: None,
-    }
 }

@@ -12,6 +12,7 @@
 //! | [`queue`] | the callers' queue and the batching of writes |
 //! | [`reader`] | the reader and its FIFO of written requests; answers, and the take-back of a caller already gone |
 //! | [`health`] | the pure policy: overdue, stalled, extra connections, which slot takes a request |
+//! | `status` | what routing reads lock-free: each slot's phase and oldest unanswered write, the node's clock and redials |
 //! | [`unclaimed`] | a counted request's wait, which takes its additions back if its caller gives up |
 //!
 //! The stream stays in step whatever the callers do:
@@ -40,16 +41,17 @@ mod health;
 mod queue;
 mod reader;
 mod slot;
+mod status;
 mod unclaimed;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use smallvec::SmallVec;
 use tokio::sync::{mpsc, oneshot};
 
-use self::health::{Bounds, Phase, Pick, State, View};
+use self::health::{Bounds, Pick, State};
 use self::queue::Request;
 use self::reader::Answer;
 use self::slot::{Slot, supervise, supervise_extra};
@@ -59,6 +61,8 @@ use super::wire::{Command, Reply};
 use crate::store::StoreError;
 
 pub use self::queue::Delivery;
+pub use self::status::{ConnectionStates, Redial, Redials};
+use self::status::{NodeClock, NodeStatus, SlotStatus};
 pub use self::unclaimed::Additions;
 
 /// A request's commands and its replies, inline up to two: a check of one
@@ -93,156 +97,6 @@ pub struct Settings {
 pub struct Target {
     pub addr: String,
     pub server_name: Option<String>,
-}
-
-/// Why a connection slot dialled again: the `reason` label of
-/// `slidegate_store_redials_total`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Redial {
-    /// The connection failed (EOF, I/O or protocol error), or a dial did.
-    Failed,
-    /// A reply was late beyond the stall bound.
-    Stalled,
-    /// Every connection was overdue: an extra one was dialled.
-    Overdue,
-    /// The node's address changed (ElastiCache replaced it).
-    Moved,
-}
-
-impl Redial {
-    pub const ALL: [Redial; 4] = [
-        Redial::Failed,
-        Redial::Stalled,
-        Redial::Overdue,
-        Redial::Moved,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Redial::Failed => "failed",
-            Redial::Stalled => "stalled",
-            Redial::Overdue => "overdue",
-            Redial::Moved => "moved",
-        }
-    }
-}
-
-/// A node's redials by reason; kept across a change of the node's address.
-#[derive(Debug, Default)]
-pub struct Redials([AtomicU64; Redial::ALL.len()]);
-
-impl Redials {
-    pub fn count(&self, reason: Redial) {
-        self.0[reason as usize].fetch_add(1, Ordering::Relaxed);
-    }
-
-    pub fn by_reason(&self) -> [(&'static str, u64); Redial::ALL.len()] {
-        Redial::ALL.map(|reason| {
-            (
-                reason.as_str(),
-                self.0[reason as usize].load(Ordering::Relaxed),
-            )
-        })
-    }
-}
-
-/// The node's own time, in microseconds: what "written at" and "overdue"
-/// are measured in, monotonic.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct NodeClock(Instant);
-
-impl NodeClock {
-    pub(super) fn now_us(self) -> u64 {
-        u64::try_from(self.0.elapsed().as_micros()).unwrap_or(u64::MAX)
-    }
-}
-
-/// One connection slot's state, read lock-free by every call's routing.
-#[derive(Debug)]
-pub(super) struct SlotStatus {
-    phase: AtomicU8,
-    /// When the oldest unanswered request was written, in the node's
-    /// microseconds plus one; 0 when nothing is unanswered.
-    oldest_unanswered: AtomicU64,
-    extra: bool,
-}
-
-impl SlotStatus {
-    fn new(extra: bool) -> SlotStatus {
-        let phase = if extra { Phase::Idle } else { Phase::Dialling };
-        SlotStatus {
-            phase: AtomicU8::new(phase.as_u8()),
-            oldest_unanswered: AtomicU64::new(0),
-            extra,
-        }
-    }
-
-    fn phase(&self) -> Phase {
-        Phase::from_u8(self.phase.load(Ordering::Acquire))
-    }
-
-    fn set_phase(&self, phase: Phase) {
-        self.phase.store(phase.as_u8(), Ordering::Release);
-    }
-
-    /// Idle to dialling; false when another caller got there first.
-    fn activate(&self) -> bool {
-        self.phase
-            .compare_exchange(
-                Phase::Idle.as_u8(),
-                Phase::Dialling.as_u8(),
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            )
-            .is_ok()
-    }
-
-    pub(super) fn set_oldest_unanswered(&self, written_us: Option<u64>) {
-        let encoded = written_us.map_or(0, |us| us.saturating_add(1));
-        self.oldest_unanswered.store(encoded, Ordering::Release);
-    }
-
-    fn oldest_unanswered(&self) -> Option<u64> {
-        match self.oldest_unanswered.load(Ordering::Acquire) {
-            0 => None,
-            encoded => Some(encoded - 1),
-        }
-    }
-}
-
-/// What every slot of a node shares.
-struct NodeStatus {
-    slots: Box<[Arc<SlotStatus>]>,
-    /// Configured connections (the first slots); the rest are extras.
-    configured: usize,
-    bounds: Bounds,
-    clock: NodeClock,
-    redials: Arc<Redials>,
-}
-
-impl NodeStatus {
-    fn views(&self) -> SmallVec<[View; 8]> {
-        let now = self.clock.now_us();
-        self.slots
-            .iter()
-            .map(|slot| {
-                let phase = slot.phase();
-                View {
-                    phase,
-                    state: health::state(phase, slot.oldest_unanswered(), now, self.bounds),
-                    extra: slot.extra,
-                }
-            })
-            .collect()
-    }
-}
-
-/// How many of a node's connections are in each state.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ConnectionStates {
-    pub ready: usize,
-    pub overdue: usize,
-    pub down: usize,
 }
 
 /// The connections of one node: the configured ones, dialled now and

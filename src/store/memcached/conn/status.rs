@@ -1,0 +1,161 @@
+//! What a node's connections publish for routing to read without a lock:
+//! each slot's phase and the age of its oldest unanswered write, the
+//! node's own clock, and its redials by reason.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::time::Instant;
+
+use smallvec::SmallVec;
+
+use super::health::{self, Bounds, Phase, View};
+
+/// Why a connection slot dialled again: the `reason` label of
+/// `slidegate_store_redials_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Redial {
+    /// The connection failed (EOF, I/O or protocol error), or a dial did.
+    Failed,
+    /// A reply was late beyond the stall bound.
+    Stalled,
+    /// Every connection was overdue: an extra one was dialled.
+    Overdue,
+    /// The node's address changed (ElastiCache replaced it).
+    Moved,
+}
+
+impl Redial {
+    pub const ALL: [Redial; 4] = [
+        Redial::Failed,
+        Redial::Stalled,
+        Redial::Overdue,
+        Redial::Moved,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Redial::Failed => "failed",
+            Redial::Stalled => "stalled",
+            Redial::Overdue => "overdue",
+            Redial::Moved => "moved",
+        }
+    }
+}
+
+/// A node's redials by reason; kept across a change of the node's address.
+#[derive(Debug, Default)]
+pub struct Redials([AtomicU64; Redial::ALL.len()]);
+
+impl Redials {
+    pub fn count(&self, reason: Redial) {
+        self.0[reason as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn by_reason(&self) -> [(&'static str, u64); Redial::ALL.len()] {
+        Redial::ALL.map(|reason| {
+            (
+                reason.as_str(),
+                self.0[reason as usize].load(Ordering::Relaxed),
+            )
+        })
+    }
+}
+
+/// The node's own time, in microseconds: what "written at" and "overdue"
+/// are measured in, monotonic.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct NodeClock(pub(super) Instant);
+
+impl NodeClock {
+    pub(super) fn now_us(self) -> u64 {
+        u64::try_from(self.0.elapsed().as_micros()).unwrap_or(u64::MAX)
+    }
+}
+
+/// One connection slot's state, read lock-free by every call's routing.
+#[derive(Debug)]
+pub(super) struct SlotStatus {
+    phase: AtomicU8,
+    /// When the oldest unanswered request was written, in the node's
+    /// microseconds plus one; 0 when nothing is unanswered.
+    oldest_unanswered: AtomicU64,
+    pub(super) extra: bool,
+}
+
+impl SlotStatus {
+    pub(super) fn new(extra: bool) -> SlotStatus {
+        let phase = if extra { Phase::Idle } else { Phase::Dialling };
+        SlotStatus {
+            phase: AtomicU8::new(phase.as_u8()),
+            oldest_unanswered: AtomicU64::new(0),
+            extra,
+        }
+    }
+
+    pub(super) fn phase(&self) -> Phase {
+        Phase::from_u8(self.phase.load(Ordering::Acquire))
+    }
+
+    pub(super) fn set_phase(&self, phase: Phase) {
+        self.phase.store(phase.as_u8(), Ordering::Release);
+    }
+
+    /// Idle to dialling; false when another caller got there first.
+    pub(super) fn activate(&self) -> bool {
+        self.phase
+            .compare_exchange(
+                Phase::Idle.as_u8(),
+                Phase::Dialling.as_u8(),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok()
+    }
+
+    pub(super) fn set_oldest_unanswered(&self, written_us: Option<u64>) {
+        let encoded = written_us.map_or(0, |us| us.saturating_add(1));
+        self.oldest_unanswered.store(encoded, Ordering::Release);
+    }
+
+    pub(super) fn oldest_unanswered(&self) -> Option<u64> {
+        match self.oldest_unanswered.load(Ordering::Acquire) {
+            0 => None,
+            encoded => Some(encoded - 1),
+        }
+    }
+}
+
+/// What every slot of a node shares.
+pub(super) struct NodeStatus {
+    pub(super) slots: Box<[Arc<SlotStatus>]>,
+    /// Configured connections (the first slots); the rest are extras.
+    pub(super) configured: usize,
+    pub(super) bounds: Bounds,
+    pub(super) clock: NodeClock,
+    pub(super) redials: Arc<Redials>,
+}
+
+impl NodeStatus {
+    pub(super) fn views(&self) -> SmallVec<[View; 8]> {
+        let now = self.clock.now_us();
+        self.slots
+            .iter()
+            .map(|slot| {
+                let phase = slot.phase();
+                View {
+                    phase,
+                    state: health::state(phase, slot.oldest_unanswered(), now, self.bounds),
+                    extra: slot.extra,
+                }
+            })
+            .collect()
+    }
+}
+
+/// How many of a node's connections are in each state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ConnectionStates {
+    pub ready: usize,
+    pub overdue: usize,
+    pub down: usize,
+}
