@@ -26,4 +26,4 @@ for _ in $(seq 50); do
 done
 
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), memcached $(memcached -V | cut -d' ' -f2)"
-target/release/examples/bench --memcached "127.0.0.1:$port" "$@"
+target/release/examples/bench --memcached "127.0.0.1:$port" --memcached-pid "$memcached_pid" "$@"

@@ -197,6 +197,7 @@ pub fn wrk(server: &Server, load: &Load) -> Row {
         commands_per_call: None,
         peak_rss_kib: None,
         cpu_us_per_call: None,
+        memcached_cpu_us_per_call: None,
         unexpected: (unexpected + socket_errors) as u64,
     }
 }
@@ -249,7 +250,8 @@ pub fn python_limits(memcached: &str, checks: u64) -> Option<Row> {
         p999,
         commands_per_call: None,
         peak_rss_kib: peak,
-        cpu_us_per_call: crate::cpu_per_call(cpu_before, cpu_after, calls as u64),
+        cpu_us_per_call: crate::measure::per_call(cpu_before, cpu_after, calls as u64),
+        memcached_cpu_us_per_call: None,
         unexpected: 0,
     })
 }

@@ -6,7 +6,11 @@
 //!     bench/run.sh                                   # everything
 //!     cargo run --release --example bench -- --memcached 127.0.0.1:11211 \
 //!         [--slidegate target/release/slidegate] [--checks N] [--seconds S] \
-//!         [--memory-keys N] [--connections N] [--library-only] [--no-coalesce]
+//!         [--memory-keys N] [--connections N] [--library-only] [--no-coalesce] \
+//!         [--memcached-pid PID]
+//!
+//! With `--memcached-pid` (bench/run.sh gives it) the table has memcached's
+//! CPU per check too: on two shared cores a ratio is made of both sides.
 //!
 //! Every phase is bounded by a number of checks and by time, and every
 //! address must be on loopback.
@@ -21,9 +25,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use measure::{
-    Row, histogram, item_commands, memcached_stats, peak_rss_kib, process_cpu, reset_peak_rss,
-};
+use measure::{Around, Row, histogram};
 use memcache::exp::{Arithmetic, AsyncMetaClient, Get, Op};
 use slidegate::{Limit, Limiter, MemcachedOptions, MemcachedStore, Policy};
 
@@ -78,6 +80,11 @@ fn parse_args() -> Result<Args, String> {
             "--library-only" => args.library_only = true,
             "--memory-only" => args.memory_only = true,
             "--no-coalesce" => args.no_coalesce = true,
+            "--memcached-pid" => measure::watch_memcached(
+                value()?
+                    .parse()
+                    .map_err(|e| format!("--memcached-pid: {e}"))?,
+            ),
             "--callers" => {
                 args.callers = value()?
                     .split(',')
@@ -282,15 +289,9 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     // Envoy's protocol on the same server, 64 callers like wrk's 64
     // connections; its client runs in this process, so the CPU column is
     // the server's.
-    let before = item_commands(&memcached_stats(mc));
-    reset_peak_rss(server.pid());
-    let cpu_before = process_cpu(server.pid());
+    let around = Around::start(mc, server.pid());
     let mut rls = rls::should_rate_limit(&server, 64, args.checks, limit).await;
-    rls.cpu_us_per_call = cpu_per_call(cpu_before, process_cpu(server.pid()), rls.calls);
-    rls.peak_rss_kib = peak_rss_kib(server.pid());
-    let after = item_commands(&memcached_stats(mc));
-    rls.commands_per_call = Some((after - before) as f64 / rls.calls.max(1) as f64);
-    eprintln!("{:<45} {:>10.0} checks/s", rls.name, rls.rate());
+    around.finish(&mut rls);
     drop(server);
 
     let python = http::python_limits(mc, (args.checks / 10).max(1000));
@@ -392,8 +393,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
 /// of 1, so every key leaves a near-cache entry (100k capacity).
 async fn memory_phase(args: &Args, mc: &str, me: u32) -> Row {
     let server = http::start_slidegate(&args.slidegate, mc, &format!("benchmem{me}"));
-    reset_peak_rss(server.pid());
-    let before = item_commands(&memcached_stats(mc));
+    let around = Around::start(mc, server.pid());
     let mut memory = http::distinct_keys(
         &server,
         "HTTP, distinct keys x2 (memory)",
@@ -403,49 +403,26 @@ async fn memory_phase(args: &Args, mc: &str, me: u32) -> Row {
         64,
     )
     .await;
-    let after = item_commands(&memcached_stats(mc));
-    memory.commands_per_call = Some((after - before) as f64 / memory.calls.max(1) as f64);
-    memory.peak_rss_kib = peak_rss_kib(server.pid());
+    around.finish(&mut memory);
     memory
 }
 
 /// Run a phase in this process, with memcached's command count and this
 /// process's peak RSS around it.
 async fn measured(mc: &str, pid: u32, phase: impl Future<Output = Row>) -> Row {
-    let before = item_commands(&memcached_stats(mc));
-    reset_peak_rss(pid);
-    let cpu_before = process_cpu(pid);
+    let around = Around::start(mc, pid);
     let mut row = phase.await;
-    row.cpu_us_per_call = cpu_per_call(cpu_before, process_cpu(pid), row.calls);
-    row.peak_rss_kib = peak_rss_kib(pid);
-    let after = item_commands(&memcached_stats(mc));
-    row.commands_per_call = Some((after - before) as f64 / row.calls.max(1) as f64);
-    eprintln!(
-        "{:<45} {:>10.0} checks/s",
-        format!("{} ({})", row.name, row.concurrency),
-        row.rate()
-    );
+    around.finish(&mut row);
     row
 }
 
 /// A wrk run against a server process, with memcached's command count and
 /// the server's peak RSS around it.
 fn http_phase(mc: &str, server: &http::Server, load: &http::Load) -> Row {
-    let before = item_commands(&memcached_stats(mc));
-    reset_peak_rss(server.pid());
-    let cpu_before = process_cpu(server.pid());
+    let around = Around::start(mc, server.pid());
     let mut row = http::wrk(server, load);
-    row.cpu_us_per_call = cpu_per_call(cpu_before, process_cpu(server.pid()), row.calls);
-    row.peak_rss_kib = peak_rss_kib(server.pid());
-    let after = item_commands(&memcached_stats(mc));
-    row.commands_per_call = Some((after - before) as f64 / row.calls.max(1) as f64);
-    eprintln!("{:<45} {:>10.0} checks/s", row.name, row.rate());
+    around.finish(&mut row);
     row
-}
-
-fn cpu_per_call(before: Option<Duration>, after: Option<Duration>, calls: u64) -> Option<f64> {
-    let spent = after?.checked_sub(before?)?;
-    Some(spent.as_secs_f64() * 1e6 / calls.max(1) as f64)
 }
 
 /// `callers` tasks calling `check` until `total` calls or `limit`.

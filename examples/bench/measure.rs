@@ -24,6 +24,9 @@ pub struct Row {
     /// on a 2-core machine shared with memcached and the load generator,
     /// this is what a throughput figure is mostly made of.
     pub cpu_us_per_call: Option<f64>,
+    /// memcached's CPU time per call, when its process is known
+    /// (`--memcached-pid`): the other half of what a ratio is made of.
+    pub memcached_cpu_us_per_call: Option<f64>,
     /// Calls whose answer was not the one expected (an error, say).
     pub unexpected: u64,
 }
@@ -52,6 +55,7 @@ impl Row {
             commands_per_call: None,
             peak_rss_kib: None,
             cpu_us_per_call: None,
+            memcached_cpu_us_per_call: None,
             unexpected: 0,
         }
     }
@@ -121,6 +125,62 @@ pub fn peak_rss_kib(pid: u32) -> Option<u64> {
         .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
+/// memcached's process, when the benchmark was told it.
+static MEMCACHED_PID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+
+/// Measure memcached's CPU around each phase from now on.
+pub fn watch_memcached(pid: u32) {
+    let _ = MEMCACHED_PID.set(pid);
+}
+
+/// What a phase is measured by, taken before it and finished after it:
+/// memcached's commands and CPU, and the CPU and peak RSS of the process
+/// that does the work (`pid`).
+pub struct Around<'a> {
+    memcached: &'a str,
+    pid: u32,
+    commands: u64,
+    cpu: Option<Duration>,
+    memcached_cpu: Option<Duration>,
+}
+
+impl Around<'_> {
+    pub fn start(memcached: &str, pid: u32) -> Around<'_> {
+        reset_peak_rss(pid);
+        Around {
+            memcached,
+            pid,
+            commands: item_commands(&memcached_stats(memcached)),
+            cpu: process_cpu(pid),
+            memcached_cpu: MEMCACHED_PID.get().and_then(|&pid| process_cpu(pid)),
+        }
+    }
+
+    /// Fill in `row`'s figures per call, and say the phase's rate.
+    pub fn finish(self, row: &mut Row) {
+        row.cpu_us_per_call = per_call(self.cpu, process_cpu(self.pid), row.calls);
+        row.memcached_cpu_us_per_call = per_call(
+            self.memcached_cpu,
+            MEMCACHED_PID.get().and_then(|&pid| process_cpu(pid)),
+            row.calls,
+        );
+        row.peak_rss_kib = peak_rss_kib(self.pid);
+        let after = item_commands(&memcached_stats(self.memcached));
+        row.commands_per_call = Some((after - self.commands) as f64 / row.calls.max(1) as f64);
+        eprintln!(
+            "{:<45} {:>10.0} checks/s",
+            format!("{} ({})", row.name, row.concurrency),
+            row.rate()
+        );
+    }
+}
+
+/// CPU microseconds per call between two readings.
+pub fn per_call(before: Option<Duration>, after: Option<Duration>, calls: u64) -> Option<f64> {
+    let spent = after?.checked_sub(before?)?;
+    Some(spent.as_secs_f64() * 1e6 / calls.max(1) as f64)
+}
+
 /// CPU time (user + system) that `pid` has used so far.
 pub fn process_cpu(pid: u32) -> Option<Duration> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -135,8 +195,8 @@ pub fn process_cpu(pid: u32) -> Option<Duration> {
 /// The table, as Markdown.
 pub fn table(rows: &[(Row, Option<(&str, f64)>)]) -> String {
     let mut out = String::from(
-        "| phase | concurrency | checks/s | p50 µs | p99 µs | p99.9 µs | memcached cmds/check | ratio | CPU µs/check | peak RSS MiB |\n\
-         |---|---|---:|---:|---:|---:|---:|---|---:|---:|\n",
+        "| phase | concurrency | checks/s | p50 µs | p99 µs | p99.9 µs | memcached cmds/check | ratio | CPU µs/check | memcached CPU µs/check | peak RSS MiB |\n\
+         |---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|\n",
     );
     for (row, ratio) in rows {
         let commands = row
@@ -149,13 +209,16 @@ pub fn table(rows: &[(Row, Option<(&str, f64)>)]) -> String {
         let cpu = row
             .cpu_us_per_call
             .map_or("-".to_owned(), |us| format!("{us:.1}"));
+        let memcached_cpu = row
+            .memcached_cpu_us_per_call
+            .map_or("-".to_owned(), |us| format!("{us:.1}"));
         let unexpected = if row.unexpected > 0 {
             format!(" ({} unexpected)", row.unexpected)
         } else {
             String::new()
         };
         out.push_str(&format!(
-            "| {}{unexpected} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {commands} | {ratio} | {cpu} | {rss} |\n",
+            "| {}{unexpected} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {commands} | {ratio} | {cpu} | {memcached_cpu} | {rss} |\n",
             row.name,
             row.concurrency,
             row.rate(),
