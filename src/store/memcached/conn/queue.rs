@@ -1,10 +1,10 @@
 //! The callers' side of one connection: requests in through a bounded
 //! queue, batches out. The writer takes what is queued and sends it all in
 //! one write, and while that write waits for its replies the next batch
-//! gathers: N concurrent checks cost one write, not N. A batch is bounded by the
-//! commands it carries, not the requests, so one request of many counters
-//! cannot make a write (and the replies every other key waits behind) grow
-//! without bound.
+//! gathers: N concurrent checks cost one write, not N. A batch is bounded
+//! by the commands it carries, not the requests, so one request of many
+//! counters cannot make a write (and the replies every other key waits
+//! behind) grow without bound.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
