@@ -49,7 +49,7 @@ mod revalidate;
 
 use boundary::Crossing;
 pub(crate) use counters::Counts;
-use counters::{Layout, layout};
+use counters::layout;
 use deadline::Deadline;
 use decision::validate;
 pub use decision::{CheckError, Decision, Source};

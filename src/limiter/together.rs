@@ -12,6 +12,9 @@
 //! rejects, the increments of all items are taken back, the way a single
 //! check takes back its own.
 
+mod group;
+
+use self::group::{Group, groups};
 use super::*;
 use crate::join::join_all;
 
@@ -21,14 +24,6 @@ pub struct Item<'a> {
     pub key: &'a str,
     pub policy: &'a Policy,
     pub cost: u64,
-}
-
-/// The batch of one item (a group of one: the decision code reads the same
-/// for any grouping, should stores ever take several keys per batch).
-struct Group {
-    items: Vec<usize>,
-    layouts: Vec<Layout>,
-    batch: CounterBatch,
 }
 
 impl<S: Store> Limiter<S> {
@@ -347,76 +342,6 @@ impl<S: Store> Limiter<S> {
             })
             .collect()
     }
-}
-
-impl Group {
-    /// Each item's layouts, in the group's order.
-    fn layouts_by_item<'g>(&'g self, items: &[Item<'_>]) -> Vec<&'g [Layout]> {
-        let mut start = 0;
-        self.items
-            .iter()
-            .map(|&index| {
-                let end = start + items[index].policy.limits().len();
-                let layouts = &self.layouts[start..end];
-                start = end;
-                layouts
-            })
-            .collect()
-    }
-
-    /// Each item's index and its per-limit counts.
-    fn split<'c>(
-        &self,
-        items: &[Item<'_>],
-        counts: &'c [Counts],
-    ) -> impl Iterator<Item = (usize, &'c [Counts])> {
-        let mut start = 0;
-        let ends: Vec<(usize, usize, usize)> = self
-            .items
-            .iter()
-            .map(|&index| {
-                let end = start + items[index].policy.limits().len();
-                let range = (index, start, end);
-                start = end;
-                range
-            })
-            .collect();
-        ends.into_iter()
-            .map(move |(index, start, end)| (index, &counts[start..end]))
-    }
-}
-
-/// The undecided items, one batch each.
-fn groups(
-    items: &[Item<'_>],
-    decided: &[Option<Decision>],
-    counting: Counting,
-    now_ms: u64,
-) -> Vec<Group> {
-    (0..items.len())
-        .filter(|&index| decided[index].is_none())
-        .map(|index| {
-            let cost = items[index].cost;
-            let indices = vec![index];
-            let layouts: Vec<Layout> = indices
-                .iter()
-                .flat_map(|&index| {
-                    let item = items[index];
-                    let digest = KeyDigest::of(item.policy.scope(), item.key);
-                    item.policy
-                        .limits()
-                        .iter()
-                        .map(move |limit| layout(digest, limit, now_ms))
-                })
-                .collect();
-            let batch = counters::batch(&layouts, cost, counting, now_ms);
-            Group {
-                items: indices,
-                layouts,
-                batch,
-            }
-        })
-        .collect()
 }
 
 /// Never needed (every item is decided by the near-cache or by a group); a
