@@ -12,7 +12,16 @@ command -v wrk >/dev/null || missing+=(wrk)
 if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -q "${missing[@]}" || { apt-get update -q && apt-get install -y -q "${missing[@]}"; }
 fi
-python3 -c 'import limits, pymemcache' 2>/dev/null || pip install -q limits pymemcache
+# python `limits` goes into a virtual environment of the benchmark's own:
+# Debian 12's python refuses a bare `pip install`.
+venv=target/bench-venv
+if ! "$venv/bin/python" -c 'import limits, pymemcache' 2>/dev/null; then
+  python3 -m venv --clear "$venv" 2>/dev/null || {
+    apt-get install -y -q python3-venv && python3 -m venv --clear "$venv"
+  }
+  "$venv/bin/pip" install -q limits pymemcache
+fi
+export SLIDEGATE_BENCH_PYTHON="$PWD/$venv/bin/python"
 
 cargo build --release --bin slidegate --example bench
 

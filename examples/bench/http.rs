@@ -206,7 +206,9 @@ pub fn wrk(server: &Server, load: &Load) -> Row {
 /// process, one check at a time, as its users call it.
 pub fn python_limits(memcached: &str, checks: u64) -> Option<Row> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/python_limits.py");
-    let mut child = Command::new("python3")
+    // bench/run.sh points this at the python of its virtual environment.
+    let python = std::env::var_os("SLIDEGATE_BENCH_PYTHON").unwrap_or_else(|| "python3".into());
+    let mut child = Command::new(python)
         .arg(&script)
         .arg(memcached)
         .arg(checks.to_string())
@@ -230,7 +232,10 @@ pub fn python_limits(memcached: &str, checks: u64) -> Option<Row> {
     }
     let status = child.wait().ok()?;
     if !status.success() {
-        eprintln!("python limits failed ({status}); is `pip install limits pymemcache` done?");
+        eprintln!(
+            "python limits failed ({status}); bench/run.sh installs it, or set \
+             SLIDEGATE_BENCH_PYTHON to a python that has `limits` and `pymemcache`"
+        );
         return None;
     }
     let numbers: Vec<f64> = result?
