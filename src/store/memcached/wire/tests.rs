@@ -210,3 +210,77 @@ fn ttls_over_thirty_days_become_absolute_times() {
         1_800_000_000 + 2_592_001
     );
 }
+
+#[test]
+fn numbers_of_every_length_are_written_whole() {
+    let mut values = vec![0, 1, 9, u64::from(u32::MAX), u64::MAX - 1, u64::MAX];
+    for power in 1..20 {
+        let ten = 10u64.pow(power);
+        values.extend([ten - 1, ten, ten + 1]);
+    }
+    for value in values {
+        let counter = CounterKey {
+            bucket: value,
+            ..counter()
+        };
+        let mut buffer = b"before ".to_vec();
+        encode(
+            &Command::Subtract {
+                counter,
+                amount: value,
+            },
+            "sg",
+            (value % (u64::from(u32::MAX) + 1)) as u32,
+            &mut buffer,
+        );
+        let key = format!("sg:edce31df96748419b36acbefd989743c:60000.10:{value}");
+        let opaque = value % (u64::from(u32::MAX) + 1);
+        assert_eq!(
+            String::from_utf8(buffer).unwrap(),
+            format!("before ma {key} MD D{value} v O{opaque}\r\n")
+        );
+        assert_eq!(key_string("sg", &counter), key);
+    }
+}
+
+#[test]
+fn the_longest_command_is_written_whole() {
+    let namespace = "n".repeat(64);
+    // The longest window that divides by the largest precision.
+    let window_ms = crate::policy::MAX_WINDOW_MS;
+    let window = Window::new(window_ms, crate::policy::MAX_PRECISION).unwrap();
+    let counter = CounterKey {
+        bucket: u64::MAX,
+        window,
+        ..counter()
+    };
+    let mut buffer = Vec::new();
+    encode(
+        &Command::Add {
+            counter,
+            amount: u64::MAX,
+            ttl: u32::MAX,
+        },
+        &namespace,
+        u32::MAX,
+        &mut buffer,
+    );
+    let key = key_string(&namespace, &counter);
+    assert_eq!(
+        key,
+        format!(
+            "{namespace}:edce31df96748419b36acbefd989743c:{window_ms}.{}:{}",
+            crate::policy::MAX_PRECISION,
+            u64::MAX
+        )
+    );
+    let max = u64::MAX;
+    let line = format!("ma {key} N{} J{max} D{max} v O{}\r\n", u32::MAX, u32::MAX);
+    assert_eq!(String::from_utf8(buffer).unwrap(), line);
+    // A namespace longer than a plain one (refused at connect time) still
+    // gets a whole line, not a panic.
+    let long = "n".repeat(1000);
+    let mut buffer = Vec::new();
+    encode(&Command::Read(counter), &long, 1, &mut buffer);
+    assert!(buffer.starts_with(format!("mg {long}:").as_bytes()) && buffer.ends_with(b" v O1\r\n"));
+}
