@@ -11,6 +11,7 @@
 //! | `shares` | the quota arithmetic, pure: free quota and demand in, an assignment out |
 //! | `stream` | one stream's state: its domain, its buckets, when each was last reported |
 //! | `demand` | every stream's demand per bucket, on this instance |
+//! | `report` | a usage report's buckets, checked, with errors that name the field |
 //! | `service` | the gRPC service: reports in, assignments and abandons out |
 //! | `metrics` | the RLQS counters |
 //!
@@ -21,6 +22,7 @@
 
 mod demand;
 mod metrics;
+mod report;
 mod rules;
 mod service;
 pub mod shares;

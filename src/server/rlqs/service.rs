@@ -9,7 +9,6 @@
 //! 3. the assignment (`shares`) from what is free and the client's part of
 //!    the demand; a failing store gives what the failure mode says.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -25,18 +24,18 @@ use super::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::
     AbandonAction, BucketAction as WireAction, QuotaAssignmentAction,
 };
 use super::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaService;
-use super::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
 use super::pb::envoy::service::rate_limit_quota::v3::{
     BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
 };
 use super::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy as WireStrategy};
 use super::pb::envoy::r#type::v3::{RateLimitStrategy, TokenBucket};
+use super::report::Usage;
 use super::rules::{DEMAND_WINDOW, Settings, counter_key};
 use super::shares::{self, Assignment, Figures};
 use super::stream::StreamState;
 use crate::config::Unmatched;
 use crate::limiter::{CheckError, Decision, FailureMode, Source};
-use crate::policy::{MAX_AMOUNT, Policy};
+use crate::policy::Policy;
 use crate::server::App;
 use crate::server::grpc::{authorize, authorize_value};
 
@@ -300,63 +299,6 @@ async fn count(
 /// client's next report, so the store's return is seen at once.
 fn short_ttl(elapsed_s: f64, ttl_s: u64) -> u64 {
     (elapsed_s.ceil() as u64 + 1).clamp(1, ttl_s)
-}
-
-/// One bucket's usage, checked.
-struct Usage<'a> {
-    bucket_id: &'a BucketId,
-    allowed: u64,
-    denied: u64,
-    elapsed_s: f64,
-}
-
-impl Usage<'_> {
-    fn check(index: usize, usage: &BucketQuotaUsage) -> Result<Usage<'_>, Status> {
-        let field = |name: &str, message: &str| {
-            Status::invalid_argument(format!("bucket_quota_usages[{index}].{name}: {message}"))
-        };
-        let bucket_id = usage
-            .bucket_id
-            .as_ref()
-            .ok_or_else(|| field("bucket_id", "is required"))?;
-        check_labels(&bucket_id.bucket).map_err(|message| field("bucket_id.bucket", message))?;
-        // Present and zero is valid: Envoy's first report of a new bucket.
-        let elapsed = usage
-            .time_elapsed
-            .as_ref()
-            .ok_or_else(|| field("time_elapsed", "is required"))?;
-        if elapsed.seconds < 0 || elapsed.nanos < 0 {
-            return Err(field("time_elapsed", "must not be negative"));
-        }
-        let elapsed_s = elapsed.seconds as f64 + f64::from(elapsed.nanos) / 1e9;
-        for (name, value) in [
-            ("num_requests_allowed", usage.num_requests_allowed),
-            ("num_requests_denied", usage.num_requests_denied),
-        ] {
-            if value > MAX_AMOUNT {
-                return Err(field(name, &format!("must be at most {MAX_AMOUNT}")));
-            }
-        }
-        Ok(Usage {
-            bucket_id,
-            allowed: usage.num_requests_allowed,
-            denied: usage.num_requests_denied,
-            elapsed_s,
-        })
-    }
-}
-
-fn check_labels(labels: &HashMap<String, String>) -> Result<(), &'static str> {
-    if labels.is_empty() {
-        return Err("must hold at least one label");
-    }
-    if labels
-        .iter()
-        .any(|(key, value)| key.is_empty() || value.is_empty())
-    {
-        return Err("labels and their values must not be empty");
-    }
-    Ok(())
 }
 
 /// What is sent for one bucket, with its TTL in seconds.

@@ -1,3 +1,4 @@
+use super::lookup::wildcard_match;
 use super::*;
 
 fn load(text: &str) -> Result<RuleSet, String> {
