@@ -1,0 +1,97 @@
+use super::*;
+use crate::policy::Window;
+use crate::store::KeyDigest;
+
+fn counter_of(key: &str, bucket: u64) -> CounterKey {
+    CounterKey {
+        digest: KeyDigest::of("t", key),
+        window: Window::new(1_000, 1).unwrap(),
+        bucket,
+    }
+}
+
+fn counter(bucket: u64) -> CounterKey {
+    counter_of("k", bucket)
+}
+
+#[test]
+fn counters_expire_after_their_ttl_and_their_slots_are_reused() {
+    let mut shard = Shard::new(1);
+    assert_eq!(shard.add(&counter(1), 2, 0), (2, false));
+    assert_eq!(shard.add(&counter(1), 3, 10).0, 5);
+    // TTL of a 1 s window: 2 s + 2 s margin.
+    assert_eq!(shard.read(&counter(1), 3_999), 5);
+    assert_eq!(shard.read(&counter(1), 4_000), 0);
+    assert_eq!(shard.subtract(&counter(1), 1, 4_000), None);
+    // An expired counter starts again from the amount, in its own slot.
+    assert_eq!(shard.add(&counter(1), 1, 4_000), (1, false));
+    assert_eq!(shard.held(), 1);
+    // A full set of expired counters takes new ones without evicting.
+    for bucket in 2..2 + WAYS as u64 {
+        shard.add(&counter(bucket), 1, 4_000);
+    }
+    for bucket in 100..100 + WAYS as u64 {
+        assert!(!shard.add(&counter(bucket), 1, 9_000).1, "bucket {bucket}");
+    }
+    assert_eq!(shard.held(), WAYS);
+}
+
+#[test]
+fn a_full_set_evicts_its_least_recently_used_counter() {
+    let mut shard = Shard::new(1);
+    for bucket in 0..WAYS as u64 {
+        shard.add(&counter(bucket), 10 + bucket, 0);
+    }
+    // Bucket 0 is the oldest, but reading it makes bucket 1 the least
+    // recently used.
+    assert_eq!(shard.read(&counter(0), 1), 10);
+    assert_eq!(shard.add(&counter(99), 1, 2), (1, true));
+    assert_eq!(shard.read(&counter(1), 3), 0, "evicted: reads as 0");
+    assert_eq!(shard.read(&counter(0), 3), 10);
+    assert_eq!(shard.read(&counter(99), 3), 1);
+}
+
+#[tokio::test]
+async fn a_store_holds_its_capacity_and_counts_evictions() {
+    let store = MemoryStore::with_capacity(1_000);
+    assert!(store.capacity() >= 1_000 && store.capacity() < 1_000 + 64 * WAYS);
+    let batch = |key: &str| CounterBatch {
+        reads: smallvec::smallvec![counter_of(key, 0)],
+        adds: smallvec::smallvec![counter_of(key, 1)],
+        amount: 1,
+        now_ms: 1_000,
+    };
+    for index in 0..10 * store.capacity() {
+        store
+            .read_and_add(&batch(&index.to_string()))
+            .await
+            .unwrap();
+    }
+    assert!(store.len() <= store.capacity());
+    assert!(store.len() > store.capacity() * 9 / 10, "{}", store.len());
+    assert!(store.evictions() >= 9 * store.capacity() as u64);
+    // A key in use survives a flood of new ones.
+    let hot = batch("hot");
+    store.read_and_add(&hot).await.unwrap();
+    for index in 0..10 * store.capacity() {
+        store
+            .read_and_add(&batch(&format!("flood-{index}")))
+            .await
+            .unwrap();
+        if index % 8 == 0 {
+            store.read_and_add(&hot).await.unwrap();
+        }
+    }
+    let counts = store.read_and_add(&hot).await.unwrap();
+    assert!(counts.added[0] > 1, "the hot counter was kept");
+}
+
+#[test]
+fn capacity_rounds_up_to_whole_sets() {
+    assert_eq!(MemoryStore::with_capacity(0).capacity(), WAYS);
+    assert_eq!(MemoryStore::with_capacity(16).capacity(), 16);
+    assert_eq!(MemoryStore::with_capacity(17).capacity(), 32);
+    let store = MemoryStore::with_capacity(DEFAULT_MEMORY_CAPACITY);
+    assert_eq!(store.capacity(), 1_000_448);
+    assert_eq!(store.table_bytes() / store.capacity(), 32);
+}
