@@ -1,5 +1,6 @@
 //! Waiting on several futures at once, for the store calls of one request
-//! that go out together (each key's batch, each key's rollback).
+//! that go out together (each key's batch, each key's rollback); and
+//! starting one that nobody waits for.
 
 use std::pin::Pin;
 use std::task::Poll;
@@ -27,4 +28,14 @@ pub(crate) async fn join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
     })
     .await;
     outputs.into_iter().flatten().collect()
+}
+
+/// Poll `future` once, then drop it: for work that begins on its first
+/// poll and must not wait for anyone, such as a take-back
+/// ([`Store::subtract`](crate::store::Store::subtract) completes once
+/// started, whoever waits).
+pub(crate) fn start_now<F: Future>(future: F) {
+    let mut future = std::pin::pin!(future);
+    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+    let _ = future.as_mut().poll(&mut context);
 }

@@ -12,7 +12,7 @@ use common::Memcached;
 use common::proxy::CountingProxy;
 use common::wait::{PATIENCE, until_the_store_decides};
 use slidegate::store::KeyDigest;
-use slidegate::{Limit, Limiter, MemcachedStore, Policy, Source};
+use slidegate::{Item, Limit, Limiter, MemcachedStore, Policy, Source};
 
 /// The longest wait between two dials of a lost node (the README's promise).
 const REDIAL_BACKOFF_MAX: Duration = Duration::from_millis(500);
@@ -246,4 +246,56 @@ async fn readyz_until(
     let (status, body) = body;
     assert_eq!(status == 200, body["status"] == "ready", "{body}");
     body
+}
+
+/// A request of several keys whose caller gives up while one key's node is
+/// slow: the key already answered by a fast node must not stay counted,
+/// since the caller was never told it was (Envoy cancels a rate-limit call
+/// after its own timeout, 20 ms by default).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_given_up_midway_leaves_nothing_counted() {
+    let fast = Memcached::start();
+    let slow = Memcached::start();
+    let proxy = CountingProxy::start(slow.addr()).await;
+    let options = common::memcached_options(vec![fast.addr(), proxy.addr.clone()]);
+    let store = Arc::new(MemcachedStore::connect(&options).await.unwrap());
+    let limiter = common::patient_limiter(store.clone()).build();
+    let policy = Policy::new("midway", vec![Limit::new(1_000, 3_600_000, 1).unwrap()]).unwrap();
+    let on = |node: &str| {
+        (0..)
+            .map(|index| format!("client-{index}"))
+            .find(|key| store.node_name_of(&KeyDigest::of("midway", key)).unwrap() == node)
+            .unwrap()
+    };
+    let (on_fast, on_slow) = (on(&fast.addr()), on(&proxy.addr));
+    for key in [&on_fast, &on_slow] {
+        common::wait::wait_for("both nodes to answer", PATIENCE, || async {
+            let peeked = limiter.peek(key, &policy, 1).await;
+            peeked.is_ok_and(|peeked| peeked.source == Source::Store)
+        })
+        .await;
+    }
+    let items = [on_fast.as_str(), on_slow.as_str()].map(|key| Item {
+        key,
+        policy: &policy,
+        cost: 1,
+    });
+
+    proxy.delay_replies(500);
+    let given_up =
+        tokio::time::timeout(Duration::from_millis(200), limiter.check_all(&items)).await;
+    assert!(given_up.is_err(), "the slow node answered within 200 ms");
+    proxy.delay_replies(0);
+
+    // The slow key's reply comes 500 ms after it was sent, and is taken back
+    // when it does; the fast key's addition, answered but never claimed,
+    // must have been taken back too.
+    for key in [&on_fast, &on_slow] {
+        common::wait::wait_for("the additions taken back", PATIENCE, || async {
+            let peeked = limiter.peek(key, &policy, 1).await.unwrap();
+            assert_eq!(peeked.source, Source::Store);
+            peeked.remaining() == 1_000
+        })
+        .await;
+    }
 }

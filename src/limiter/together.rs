@@ -16,7 +16,7 @@ mod group;
 
 use self::group::{Group, groups};
 use super::*;
-use crate::join::join_all;
+use crate::join::{join_all, start_now};
 
 /// One part of a request decided by [`Limiter::check_all`].
 #[derive(Clone, Copy, Debug)]
@@ -176,13 +176,32 @@ impl<S: Store> Limiter<S> {
             Source::Store
         };
         let now_ms = groups.first().map_or(0, |group| group.batch.now_ms);
+        // Until every batch has answered, an answered one is owed back: if
+        // the request is dropped meanwhile (its caller gave up while
+        // another node was slow), nobody was told its additions counted.
         let results = join_all(
             groups
                 .iter()
-                .map(|group| self.run_batch(deadline, &group.batch, local))
+                .map(|group| async move {
+                    let result = self.run_batch(deadline, &group.batch, local).await;
+                    let owed = Owed {
+                        limiter: self,
+                        batch: &group.batch,
+                        local,
+                        added: result.is_ok(),
+                    };
+                    (result, owed)
+                })
                 .collect(),
         )
         .await;
+        let results: Vec<Result<BatchCounts, StoreError>> = results
+            .into_iter()
+            .map(|(result, owed)| {
+                owed.claimed();
+                result
+            })
+            .collect();
         let mut counts_by_group = Vec::with_capacity(groups.len());
         let mut failure = None;
         for (group, result) in groups.iter().zip(results) {
@@ -356,5 +375,47 @@ fn refused() -> Decision {
         shadow: false,
         would_allow: false,
         decided_at_ms: 0,
+    }
+}
+
+/// One answered batch of a request whose other batches are still in
+/// flight. Dropped unclaimed, it takes its additions back: the store call
+/// that made them has ended, so its own take-back on a caller gone (the
+/// Memcached store's) no longer applies.
+struct Owed<'a, S: Store> {
+    limiter: &'a Limiter<S>,
+    batch: &'a CounterBatch,
+    local: bool,
+    /// Whether the batch's call succeeded, so that its additions stand.
+    added: bool,
+}
+
+impl<S: Store> Owed<'_, S> {
+    /// The request goes on with this batch's answer: what it added is the
+    /// request's to keep or take back.
+    fn claimed(mut self) {
+        self.added = false;
+    }
+}
+
+impl<S: Store> Drop for Owed<'_, S> {
+    fn drop(&mut self) {
+        let batch = self.batch;
+        if !self.added || batch.adds.is_empty() {
+            return;
+        }
+        if self.local {
+            start_now(
+                self.limiter
+                    .local
+                    .subtract(&batch.adds, batch.amount, batch.now_ms),
+            );
+        } else {
+            start_now(
+                self.limiter
+                    .store
+                    .subtract(&batch.adds, batch.amount, batch.now_ms),
+            );
+        }
     }
 }

@@ -53,6 +53,7 @@ use super::boundary::{self, Crossing};
 use super::counters;
 use super::deadline::Deadline;
 use super::{CheckError, Decision, Limiter, Source};
+use crate::join::start_now;
 use crate::near_cache::NearKey;
 use crate::policy::Policy;
 use crate::store::{KeyDigest, Store, StoreError};
@@ -372,14 +373,6 @@ impl<S: Store> TakeBack for StoreTakeBack<S> {
     fn take_back(&self, cost: u64) {
         start_now(self.store.subtract(&self.counters, cost, self.now_ms));
     }
-}
-
-/// Poll `future` once, then drop it: for work that begins on its first
-/// poll and must not wait for anyone.
-fn start_now<F: std::future::Future>(future: F) {
-    let mut future = std::pin::pin!(future);
-    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
-    let _ = future.as_mut().poll(&mut context);
 }
 
 /// A gathered check's turn. No timer of its own: the exchange it waits
