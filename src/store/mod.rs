@@ -84,7 +84,10 @@ pub type Values = SmallVec<[u64; 4]>;
 /// A counter store. Additions are atomic per counter, so concurrent callers
 /// each see a distinct value after their addition.
 pub trait Store: Send + Sync + 'static {
-    /// Run a batch in one round trip.
+    /// Run a batch in one round trip. An error leaves nothing of the batch
+    /// counted, except when the outcome is unknown (a timeout, an
+    /// `Ambiguous` reply lost): a store that had some commands applied and
+    /// one refused takes back what was applied before it answers the error.
     fn read_and_add(
         &self,
         batch: &CounterBatch,

@@ -40,8 +40,10 @@ use self::conn::{Additions, Commands, Delivery, Node, Settings};
 use self::dial::Dialer;
 use self::wire::{Command, Reply};
 use super::{
-    BatchCounts, CounterBatch, CounterKey, Readiness, Store, StoreError, Values, bucket_ttl_secs,
+    BatchCounts, CounterBatch, CounterKey, Counters, Readiness, Store, StoreError, Values,
+    bucket_ttl_secs,
 };
+use crate::join::start_now;
 use crate::policy::{PLAIN_NAME_RULE, is_plain_name};
 
 pub use self::clock::MemcachedClock;
@@ -203,23 +205,24 @@ impl Store for MemcachedStore {
         if read.len() != batch.reads.len() || added.len() != batch.adds.len() {
             return Err(unexpected("answers missing from a batch"));
         }
-        Ok(BatchCounts {
-            read: read
+        let counts = batch_counts(read, added);
+        if counts.is_err() {
+            // One command failed (memcached refused it, or a counter holds
+            // text): the check is not counted, so what its other commands
+            // added is taken back. Started now and not waited for: the
+            // caller gets its error as soon as it is known.
+            let applied: Counters = batch
+                .adds
                 .iter()
-                .map(|reply| match reply {
-                    Reply::Value(value) => Ok(*value),
-                    Reply::Missing => Ok(0),
-                    other => Err(failed(other)),
-                })
-                .collect::<Result<_, _>>()?,
-            added: added
-                .iter()
-                .map(|reply| match reply {
-                    Reply::Value(value) => Ok(*value),
-                    other => Err(failed(other)),
-                })
-                .collect::<Result<_, _>>()?,
-        })
+                .zip(added)
+                .filter(|(_, reply)| matches!(reply, Reply::Value(_)))
+                .map(|(&counter, _)| counter)
+                .collect();
+            if !applied.is_empty() {
+                start_now(self.subtract(&applied, batch.amount, batch.now_ms));
+            }
+        }
+        counts
     }
 
     async fn subtract(
@@ -354,6 +357,27 @@ fn subtracted(reply: &Reply) -> Result<Option<u64>, StoreError> {
         Reply::Missing => Ok(None),
         other => Err(failed(other)),
     }
+}
+
+/// A batch's counts from its replies: its reads', then its additions'.
+fn batch_counts(read: &[Reply], added: &[Reply]) -> Result<BatchCounts, StoreError> {
+    Ok(BatchCounts {
+        read: read
+            .iter()
+            .map(|reply| match reply {
+                Reply::Value(value) => Ok(*value),
+                Reply::Missing => Ok(0),
+                other => Err(failed(other)),
+            })
+            .collect::<Result<_, _>>()?,
+        added: added
+            .iter()
+            .map(|reply| match reply {
+                Reply::Value(value) => Ok(*value),
+                other => Err(failed(other)),
+            })
+            .collect::<Result<_, _>>()?,
+    })
 }
 
 fn failed(reply: &Reply) -> StoreError {

@@ -259,14 +259,18 @@ pub fn parse(buffer: &[u8]) -> Result<Option<Parsed>, Desync> {
             }
             // A decrement keeps the value's length and pads it with spaces.
             let digits = buffer[len..end].trim_ascii_end();
-            let value = parse_number(digits).ok_or_else(|| {
-                Desync(format!(
-                    "a counter that is not a number: {} (is another program writing under this namespace?)",
-                    show(&buffer[len..end])
-                ))
-            })?;
+            let value = parse_number(digits);
+            let text = &buffer[len..end];
             len = end + 2;
-            Reply::Value(value)
+            match value {
+                Some(value) => Reply::Value(value),
+                // The block is framed as it should be, so the stream is in
+                // step: only this command failed, not the connection.
+                None => Reply::Failed(format!(
+                    "a counter that is not a number: {} (is another program writing under this namespace?)",
+                    show(text)
+                )),
+            }
         }
         ReturnCode::En | ReturnCode::Nf => Reply::Missing,
         ReturnCode::Mn => Reply::Noop,
