@@ -56,6 +56,7 @@ use deadline::Deadline;
 use decision::validate;
 pub use decision::{CheckError, Decision, Source};
 pub use failure::FailureMode;
+use revalidate::Screened;
 pub use together::Item;
 
 /// The longest key accepted, in bytes.
@@ -240,13 +241,17 @@ impl<S: Store> Limiter<S> {
         let digest = KeyDigest::of(policy.scope(), key);
         let near_key = NearKey::new(digest, policy);
         let now_ms = self.clock.now_ms();
-        if counting != Counting::Always
-            && let Some(refused) = self
+        let read_again = if counting == Counting::Always {
+            false
+        } else {
+            match self
                 .near_cache_refusal(digest, near_key, policy, cost, now_ms, deadline)
                 .await
-        {
-            return Ok(self.done(refused));
-        }
+            {
+                Screened::Refused(refused) => return Ok(self.done(refused)),
+                Screened::Passed { read_again } => read_again,
+            }
+        };
         let arrival = coalesce::Arrival {
             digest,
             near_key,
@@ -254,6 +259,7 @@ impl<S: Store> Limiter<S> {
             counting,
             now_ms,
             deadline,
+            read_again,
         };
         match &self.coalescer {
             Some(coalescer) => self.decide_together(coalescer, policy, arrival).await,

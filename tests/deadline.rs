@@ -165,3 +165,78 @@ async fn a_request_of_several_items_crossing_a_boundary_ends_at_its_deadline() {
         scenario.first_increment_taken_back(key).await;
     }
 }
+
+/// A gathered check is answered by its own deadline even when it reached
+/// its batch late. M's near-cache entry is due to be read again, which
+/// spends most of its time; meanwhile L, a cheaper check of the same key
+/// that the entry does not refuse, leads an exchange of its own. M, its
+/// counts read, joins behind L's exchange, which is bounded only by L's
+/// later deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_check_that_read_its_entry_again_is_answered_by_its_own_deadline() {
+    let memcached = common::shared_memcached();
+    let proxy = CountingProxy::start(memcached.addr()).await;
+    let options = MemcachedOptions {
+        connections: 1,
+        ..common::memcached_options(vec![proxy.addr.clone()])
+    };
+    let store = MemcachedStore::connect(&options).await.unwrap();
+    let now = common::today_ms() + 1_000;
+    let clock = ManualClock::new(now);
+    let timeout = Duration::from_millis(1_000);
+    let window = Limit::new(10, 3_600_000, 1).unwrap().window();
+    let counter = store.wire_key(&slidegate::store::CounterKey {
+        digest: slidegate::store::KeyDigest::of("late", "k"),
+        window,
+        bucket: window.bucket_of(now),
+    });
+    let limiter = std::sync::Arc::new(
+        Limiter::builder(store)
+            .clock(clock.clone())
+            .timeout(timeout)
+            .near_cache_revalidate(Duration::from_millis(100))
+            .failure_mode(FailureMode::Allow)
+            .build(),
+    );
+    let policy = std::sync::Arc::new(
+        Policy::new("late", vec![Limit::new(10, 3_600_000, 1).unwrap()]).unwrap(),
+    );
+    // 8 counted, then a refusal of 5 leaves the key in the near-cache.
+    assert!(limiter.check("k", &policy, 8).await.unwrap().allowed);
+    let refused = limiter.check("k", &policy, 5).await.unwrap();
+    assert!(
+        !refused.allowed && refused.source == Source::Store,
+        "{refused:?}"
+    );
+    // The counts go (a reset on another instance), and the entry is due
+    // to be read again.
+    assert_eq!(
+        memcached.raw(&format!("md {counter}\r\n"), "\r\n"),
+        "HD\r\n"
+    );
+    clock.advance(Duration::from_millis(200));
+
+    proxy.delay_replies(800);
+    let started = Instant::now();
+    let late = tokio::spawn({
+        let (limiter, policy) = (limiter.clone(), policy.clone());
+        async move {
+            let decision = limiter.check("k", &policy, 5).await;
+            (decision, started.elapsed())
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let leader = tokio::spawn({
+        let (limiter, policy) = (limiter.clone(), policy.clone());
+        async move { limiter.check("k", &policy, 1).await }
+    });
+    let (decision, elapsed) = late.await.unwrap();
+    let decision = decision.unwrap();
+    // Read again, M's counts admit it, and it joins behind L's exchange:
+    // answered by the failure mode when its time runs out there.
+    assert!(
+        elapsed < timeout + Duration::from_millis(300),
+        "answered after {elapsed:?}: {decision:?}"
+    );
+    leader.await.unwrap().unwrap();
+}

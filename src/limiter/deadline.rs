@@ -49,6 +49,15 @@ impl Deadline {
     fn ran_out(&self) -> StoreError {
         StoreError::Timeout(self.timeout.as_millis() as u64)
     }
+
+    /// `future`'s output, or the timeout error once this deadline passes:
+    /// for a wait that is not a store call (a gathered check waiting for
+    /// its turn), so it is not recorded as one.
+    pub(super) async fn bound<F: Future>(self, future: F) -> Result<F::Output, StoreError> {
+        tokio::time::timeout_at(self.at, future)
+            .await
+            .map_err(|_| self.ran_out())
+    }
 }
 
 impl<S: Store> Limiter<S> {

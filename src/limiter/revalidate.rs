@@ -8,8 +8,8 @@ use super::*;
 use crate::near_cache::Lookup;
 
 impl<S: Store> Limiter<S> {
-    /// The near-cache's refusal of this request, if it has one; `None`:
-    /// the store decides.
+    /// The near-cache's refusal of this request, if it has one; else the
+    /// store decides, told whether its entry was read again first.
     pub(super) async fn near_cache_refusal(
         &self,
         digest: KeyDigest,
@@ -18,28 +18,29 @@ impl<S: Store> Limiter<S> {
         cost: u64,
         now_ms: u64,
         deadline: Deadline,
-    ) -> Option<Decision> {
+    ) -> Screened {
+        let passed = Screened::Passed { read_again: false };
         let (bounds, due) = match self.near_cache.lookup(&near_key, policy, now_ms) {
-            Lookup::Unknown => return None,
+            Lookup::Unknown => return passed,
             Lookup::Trusted(bounds) => (bounds, false),
             Lookup::Revalidate(bounds) => (bounds, true),
         };
         let verdict = window::decide(policy.limits(), &bounds, now_ms, cost, Counting::Never);
         if verdict.allowed {
-            return None;
+            return passed;
         }
         if !due {
-            return Some(Decision::new(verdict, Source::NearCache));
+            return Screened::Refused(Decision::new(verdict, Source::NearCache));
         }
         // Boxed: at most once per interval per key, and a check's future
         // (moved whole at each await it is created for) stays small.
         let reread = Box::pin(self.read_again(digest, near_key, policy, cost, now_ms, deadline));
         match reread.await {
-            Reread::StillRefused(decision) => Some(decision),
-            Reread::Admits => None,
+            Reread::StillRefused(decision) => Screened::Refused(decision),
+            Reread::Admits => Screened::Passed { read_again: true },
             // The entry is still the best knowledge there is, and a store
             // outage must not turn hot rejects into admissions.
-            Reread::StoreFailed => Some(Decision::new(verdict, Source::NearCache)),
+            Reread::StoreFailed => Screened::Refused(Decision::new(verdict, Source::NearCache)),
         }
     }
 
@@ -69,6 +70,16 @@ impl<S: Store> Limiter<S> {
         self.remember(near_key, policy, &counts, None, cost, now_ms);
         Reread::StillRefused(Decision::new(verdict, Source::Store))
     }
+}
+
+/// What the near-cache made of a check before the store.
+pub(super) enum Screened {
+    Refused(Decision),
+    /// The store decides. `read_again`: the entry was read again first,
+    /// so part of the check's time is spent before it gets there.
+    Passed {
+        read_again: bool,
+    },
 }
 
 /// What reading an old entry's counters again found.

@@ -70,6 +70,9 @@ pub(super) struct Arrival {
     pub now_ms: u64,
     /// When its store work must be done by, waiting included.
     pub deadline: Deadline,
+    /// Whether it read its near-cache entry again before it came: then its
+    /// deadline may fall before its leader's, so it waits with a timer.
+    pub read_again: bool,
 }
 
 impl<S: Store> Limiter<S> {
@@ -95,7 +98,26 @@ impl<S: Store> Limiter<S> {
             Joined::Lead => (Vec::new(), arrived_ms),
             Joined::Wait(turn) => {
                 self.metrics.coalesced();
-                match wait_for_turn(turn).await {
+                let turn = if arrival.read_again {
+                    match arrival.deadline.bound(wait_for_turn(turn)).await {
+                        Ok(turn) => turn,
+                        // Its place is given up (a counted answer arriving
+                        // now is taken back, a lead passed on), and the
+                        // failure mode decides, as for a store call that
+                        // ran out of time.
+                        Err(error) => {
+                            self.metrics.store_error(&error);
+                            let waited = Arrival {
+                                now_ms: self.clock.now_ms(),
+                                ..arrival
+                            };
+                            return Box::pin(self.fall_back_alone(error, policy, waited)).await;
+                        }
+                    }
+                } else {
+                    wait_for_turn(turn).await
+                };
+                match turn {
                     Some(Turn::Decided(result, counted)) => {
                         counted.claim();
                         return result;
@@ -148,6 +170,7 @@ impl<S: Store> Limiter<S> {
             counting,
             mut now_ms,
             deadline,
+            ..
         } = arrival;
         let mut attempt = 1;
         loop {
@@ -383,7 +406,10 @@ impl<S: Store> TakeBack for StoreTakeBack<S> {
 /// left. So a gathered check is answered by its deadline, give or take the
 /// scheduling delay between its start and its arrival here, without a
 /// timer per check: arming and clearing one was 8% of a hot key's CPU at
-/// 256 callers. `None` when the batch was dropped unanswered.
+/// 256 callers. A check that read its near-cache entry again on the way
+/// spent part of its time first, so a leader that started after it may
+/// end later: that check waits with a timer ([`Arrival::read_again`]).
+/// `None` when the batch was dropped unanswered.
 ///
 /// Unconstrained by tokio's cooperative budget: an answer that is there is
 /// always taken, never dropped unread for a budget-starved poll.
