@@ -30,7 +30,14 @@
 //! ([`Turn::Lead`]). A leader that is dropped (its caller gave up) hands
 //! the lead on, so a batch is never stranded; its own exchange, if sent,
 //! undoes itself in the store (an outcome nobody claims takes its
-//! additions back), so the batch can simply be decided again.
+//! additions back), so the batch can simply be decided again. That
+//! take-back lands when the dropped exchange's reply arrives, and the next
+//! batch may be sent before: it then reads the dropped exchange's
+//! additions as it would read a concurrent check's from another instance,
+//! which errs towards refusing (and the near-cache may remember those
+//! counts until the entry is read again). Waiting for the take-back would
+//! need the store to signal it; not done, since only a caller giving up
+//! mid-exchange opens the gap, and never towards admitting.
 //!
 //! | file | owns |
 //! |---|---|
