@@ -191,7 +191,7 @@ def fleet(channel):
         most = max(most, last - first + 1)
     print(f"FIGURE grpcio: two Envoys at 2.7 x: most admitted in any {WINDOW_S:g} s window {most} (limit {LIMIT}); "
           f"admitted {[len(e.admitted) for e in envoys]} in {duration_s:g} s", flush=True)
-    # Real time on a shared machine: looser than tests/rlqs.rs's bounds.
+    # Real time on a shared machine: looser than tests/rlqs/fleet.rs's bounds.
     check("two Envoys admit about the limit in any window", 0.5 * LIMIT <= most <= 1.3 * LIMIT, most)
 
 

@@ -1,0 +1,120 @@
+//! Exempt keys and addresses: they pass uncounted, only a trusted proxy can
+//! claim an exempt address for its client, and a reload takes them away.
+
+use std::path::Path;
+
+use slidegate::config::reload::Reloader;
+use slidegate::config::{Config, Overrides};
+use slidegate::server;
+
+use super::{Service, TOKEN, check, on_memcached, overrides};
+use crate::common::{self, http};
+
+#[tokio::test]
+async fn exempt_keys_and_addresses_pass_uncounted_and_follow_reloads() {
+    let exempting = "[auth]\ntrusted_proxies = [\"127.0.0.1\"]\nexempt_addresses = [\"127.0.0.2\"]\n\
+         [policies.api]\nlimits = [{ limit = 1, window = \"1h\" }]\n\
+         exempt_keys = [\"health-checker\", \"internal-*\"]\n";
+    let namespace = common::unique_namespace();
+    let service = Service::start(&on_memcached(&namespace, exempting)).await;
+    for key in ["health-checker", "internal-batch", "health-checker"] {
+        let answer = service.post("/v1/check", check(key, "api")).await;
+        assert_eq!(answer.status, 200, "{key}: {}", answer.body);
+        assert_eq!(answer.json()["allowed"], true);
+        assert_eq!(answer.json()["source"], "exempt");
+        assert!(answer.header("ratelimit").is_none());
+    }
+    assert_eq!(
+        service
+            .post("/v1/check", check("client", "api"))
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        service
+            .post("/v1/check", check("client", "api"))
+            .await
+            .status,
+        429
+    );
+
+    let auth = format!("Bearer {TOKEN}");
+    let through = |from: &'static str, forwarded: Option<&'static str>| {
+        let auth = auth.clone();
+        let addr = service.addr;
+        async move {
+            let mut headers = vec![("authorization", auth.as_str())];
+            if let Some(forwarded) = forwarded {
+                headers.push(("x-forwarded-for", forwarded));
+            }
+            http::get_from(from.parse().unwrap(), addr, "/v1/auth?policy=api", &headers)
+                .await
+                .status
+        }
+    };
+    for _ in 0..3 {
+        assert_eq!(through("127.0.0.2", None).await, 200, "an exempt client");
+        assert_eq!(
+            through("127.0.0.1", Some("127.0.0.2")).await,
+            200,
+            "behind a proxy"
+        );
+    }
+    assert_eq!(through("127.0.0.3", None).await, 200);
+    assert_eq!(through("127.0.0.3", None).await, 429);
+    // A client cannot claim an exempt address: 127.0.0.3 is no proxy.
+    assert_eq!(through("127.0.0.3", Some("127.0.0.2")).await, 429);
+
+    let metrics = http::get(service.addr, "/metrics").await.body;
+    let exempt = metrics
+        .lines()
+        .find(|line| {
+            line.starts_with("slidegate_decisions_total{")
+                && line.contains("policy=\"api\"")
+                && line.contains("outcome=\"exempt\"")
+        })
+        .unwrap_or_else(|| panic!("no exempt series in {metrics}"));
+    assert!(exempt.ends_with(" 9"), "{exempt}");
+
+    // Live on reload: without the exemptions, the same key is limited.
+    let mut reloader = Reloader::new(
+        overrides(&service.file),
+        Config::load(&overrides(&service.file)).unwrap(),
+    );
+    let plain = exempting.replace("exempt_keys = [\"health-checker\", \"internal-*\"]\n", "");
+    let plain = plain.replace("exempt_addresses = [\"127.0.0.2\"]\n", "");
+    std::fs::write(&service.file, on_memcached(&namespace, &plain)).unwrap();
+    server::reload::reload_once(&service.app, &mut reloader, "test");
+    assert_eq!(
+        service
+            .post("/v1/check", check("health-checker", "api"))
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        service
+            .post("/v1/check", check("health-checker", "api"))
+            .await
+            .status,
+        429
+    );
+    assert_eq!(through("127.0.0.2", None).await, 200);
+    assert_eq!(through("127.0.0.2", None).await, 429);
+
+    // A bad pattern names its field.
+    let bad = Config::resolve(
+        Some((
+            Path::new("s.toml"),
+            "[policies.api]\nlimits = [{ limit = 1, window = \"1s\" }]\nexempt_keys = [\"a*b\"]",
+        )),
+        &Overrides::default(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        bad.starts_with("s.toml: policies.api.exempt_keys[0]: "),
+        "{bad}"
+    );
+}

@@ -1,0 +1,54 @@
+//! The `[server]` section applies live: the token on `/metrics` and the
+//! connection cap.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crate::common::{http, process};
+
+use super::{TOKEN_B, eventually, hang_up, start};
+
+/// `server.metrics_need_token` and `server.max_connections` apply live too.
+#[tokio::test]
+async fn the_server_section_applies_live() {
+    let dir = process::temp_dir("slidegate-server-live");
+    let config = dir.join("slidegate.toml");
+    let tokens = format!("[reload]\nwatch_ms = 0\n[server]\napi_tokens = [\"{TOKEN_B}\"]\n");
+    std::fs::write(&config, &tokens).unwrap();
+    let (daemon, addr) = start(&config, &dir);
+    assert_eq!(http::get(addr, "/metrics").await.status, 200);
+
+    let guarded = format!("{tokens}metrics_need_token = true\n");
+    std::fs::write(&config, &guarded).unwrap();
+    hang_up(&daemon);
+    eventually("/metrics guarded", || async {
+        http::get(addr, "/metrics").await.status == 401
+    })
+    .await;
+
+    std::fs::write(&config, format!("{guarded}max_connections = 1\n")).unwrap();
+    hang_up(&daemon);
+    // One connection held open takes the only place: the next is closed.
+    // (Held anew each try: the place may still be taken, for an instant,
+    // by a connection the server has not yet seen close.)
+    eventually("the cap of 1 applied", || async {
+        let _held = tokio::net::TcpStream::connect(addr).await.unwrap();
+        closed_at_once(addr).await
+    })
+    .await;
+    assert!(!daemon.log().contains("restart needed"), "{}", daemon.log());
+}
+
+/// Whether a new connection to `addr` is closed without an answer.
+async fn closed_at_once(addr: SocketAddr) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut stream) = tokio::net::TcpStream::connect(addr).await else {
+        return true;
+    };
+    let _ = stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: slidegate\r\n\r\n")
+        .await;
+    let mut answer = [0u8; 64];
+    let read = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut answer)).await;
+    matches!(read, Ok(Ok(0) | Err(_)))
+}

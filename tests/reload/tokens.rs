@@ -1,0 +1,124 @@
+//! A token taken out of the configuration, wherever it is written, is
+//! refused on the very next call after the reload, on the HTTP API and on
+//! RLS, and the token that stays keeps working.
+
+use std::net::SocketAddr;
+
+use crate::common::{http, process};
+
+#[cfg(feature = "grpc")]
+use super::rls_call_with;
+use super::{TOKEN_A, TOKEN_B, hang_up, reloaded, start_listening};
+
+const RLS_RULES: &str = "domain: test\ndescriptors:\n  - key: client\n    rate_limit: {unit: hour, requests_per_unit: 1000}\n";
+
+async fn check_with(addr: SocketAddr, token: &str) -> u16 {
+    let authorization = format!("Bearer {token}");
+    http::send(
+        addr,
+        "POST",
+        "/v1/check",
+        &[("authorization", &authorization)],
+        r#"{"key": "k", "limits": [{"limit": 1000, "window": "1h"}]}"#,
+    )
+    .await
+    .status
+}
+
+/// Where the tokens are written: in the file's `server.api_tokens`, or in
+/// the file that `server.api_tokens_file` names; and what reloads them:
+/// SIGHUP, or (`FileWatched`) only the tokens file's change, seen by the
+/// watch.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum TokensIn {
+    List,
+    File,
+    FileWatched,
+}
+
+/// A leaked token taken out of the configuration and a SIGHUP: the very
+/// next HTTP request with it gets 401, the next RLS call UNAUTHENTICATED,
+/// and the token that stays keeps working on both faces.
+async fn a_revoked_token_is_refused_on_the_next_call(tokens_in: TokensIn) {
+    let dir = process::temp_dir("slidegate-revoke");
+    let config = dir.join("slidegate.toml");
+    let tokens_file = dir.join("tokens");
+    std::fs::write(dir.join("rules.yaml"), RLS_RULES).unwrap();
+    let addr = process::free_addr();
+    let rls = process::free_addr();
+    let watch_ms = if tokens_in == TokensIn::FileWatched {
+        100
+    } else {
+        0
+    };
+    let write = |tokens: &[&str]| {
+        let quoted: Vec<String> = tokens.iter().map(|t| format!("{t:?}")).collect();
+        let server = match tokens_in {
+            TokensIn::List => format!("api_tokens = [{}]", quoted.join(", ")),
+            TokensIn::File | TokensIn::FileWatched => {
+                std::fs::write(&tokens_file, tokens.join("\n")).unwrap();
+                "api_tokens_file = \"tokens\"".to_owned()
+            }
+        };
+        let rls_section = if cfg!(feature = "grpc") {
+            format!("[rls]\nlisten = \"{rls}\"\nconfig = \"rules.yaml\"\n")
+        } else {
+            String::new()
+        };
+        std::fs::write(
+            &config,
+            format!("[reload]\nwatch_ms = {watch_ms}\n[server]\n{server}\n{rls_section}"),
+        )
+        .unwrap();
+    };
+    write(&[TOKEN_A, TOKEN_B]);
+    let ready: &[SocketAddr] = if cfg!(feature = "grpc") {
+        &[addr, rls]
+    } else {
+        &[addr]
+    };
+    let daemon = start_listening(&config, &dir, Some(addr), ready);
+    assert_eq!(check_with(addr, TOKEN_A).await, 200);
+    assert_eq!(check_with(addr, TOKEN_B).await, 200);
+    #[cfg(feature = "grpc")]
+    assert_eq!(rls_call_with(rls, TOKEN_A).await, tonic::Code::Ok);
+
+    write(&[TOKEN_B]);
+    if tokens_in != TokensIn::FileWatched {
+        hang_up(&daemon);
+    }
+    reloaded(addr, 1.0).await;
+    assert_eq!(
+        check_with(addr, TOKEN_A).await,
+        401,
+        "{tokens_in:?}: the revoked token still opens the HTTP API:\n{}",
+        daemon.log()
+    );
+    assert_eq!(check_with(addr, TOKEN_B).await, 200, "{tokens_in:?}");
+    #[cfg(feature = "grpc")]
+    {
+        assert_eq!(
+            rls_call_with(rls, TOKEN_A).await,
+            tonic::Code::Unauthenticated,
+            "{tokens_in:?}: the revoked token still opens RLS"
+        );
+        assert_eq!(rls_call_with(rls, TOKEN_B).await, tonic::Code::Ok);
+    }
+}
+
+#[tokio::test]
+async fn a_token_removed_from_api_tokens_is_refused_after_a_reload() {
+    a_revoked_token_is_refused_on_the_next_call(TokensIn::List).await;
+}
+
+#[tokio::test]
+async fn a_token_removed_from_api_tokens_file_is_refused_after_a_reload() {
+    a_revoked_token_is_refused_on_the_next_call(TokensIn::File).await;
+}
+
+/// A Kubernetes Secret mounted as the tokens file changes without a signal:
+/// the watch reads the tokens file as it reads the configuration file.
+#[tokio::test]
+async fn a_token_removed_from_a_watched_tokens_file_is_refused_without_a_signal() {
+    a_revoked_token_is_refused_on_the_next_call(TokensIn::FileWatched).await;
+}

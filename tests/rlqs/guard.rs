@@ -1,0 +1,84 @@
+//! The server's guard on RLQS streams: a stream needs a token when tokens
+//! are set, a quiet one is closed, and a token revoked by a reload ends the
+//! streams already open with it.
+
+use std::path::Path;
+use std::time::Duration;
+
+use slidegate::FailureMode;
+use slidegate::config::{Config, Overrides, ServerGuard};
+
+use super::envoy;
+use super::{RLQS, api, clock, instance, memcached, reports};
+
+#[tokio::test]
+async fn a_stream_needs_a_token_when_tokens_are_set_and_a_quiet_one_is_closed() {
+    let clock = clock();
+    let token = "rlqs-test-token-0123456789";
+    let guard = ServerGuard {
+        api_tokens: slidegate::config::ApiTokens::new([token]).unwrap(),
+        quiet_timeout: Duration::from_secs(1),
+        ..ServerGuard::default()
+    };
+    let server = instance(memcached().await, &clock, FailureMode::Allow, guard).await;
+    let refused = match envoy::open(server.addr, None).await {
+        Ok((_sender, mut answers)) => envoy::next(&mut answers).await.unwrap_err(),
+        Err(status) => status,
+    };
+    assert_eq!(refused.code(), tonic::Code::Unauthenticated, "{refused:?}");
+
+    let (sender, mut answers) = envoy::open(server.addr, Some(token)).await.unwrap();
+    sender
+        .send(reports("envoy", vec![envoy::usage(&api(), 1, 0, 0)]))
+        .await
+        .unwrap();
+    assert!(envoy::next(&mut answers).await.unwrap().is_some());
+    // Nothing more: closed after the quiet timeout (1 s here), within 10 s.
+    let closed = envoy::next(&mut answers).await.unwrap_err();
+    assert_eq!(closed.code(), tonic::Code::Unavailable, "{closed:?}");
+    assert!(closed.message().contains("no usage report"), "{closed:?}");
+}
+
+/// A token revoked by a reload is refused on a stream opened with it, at
+/// its next report: the reload reaches streams already open, not only the
+/// next ones, as it reaches RLS and HTTP calls.
+#[tokio::test]
+async fn a_revoked_token_ends_an_open_stream_at_its_next_report() {
+    let clock = clock();
+    let (kept, revoked) = ("rlqs-kept-token-0123456789", "rlqs-revoked-token-0123456");
+    let guard = ServerGuard {
+        api_tokens: slidegate::config::ApiTokens::new([kept, revoked]).unwrap(),
+        ..ServerGuard::default()
+    };
+    let server = instance(memcached().await, &clock, FailureMode::Allow, guard).await;
+    let (sender, mut answers) = envoy::open(server.addr, Some(revoked)).await.unwrap();
+    sender
+        .send(reports("envoy", vec![envoy::usage(&api(), 1, 0, 0)]))
+        .await
+        .unwrap();
+    assert!(envoy::next(&mut answers).await.unwrap().is_some());
+
+    let reloaded = Config::resolve(
+        Some((
+            Path::new("slidegate.toml"),
+            &format!("[server]\napi_tokens = [\"{kept}\"]\n{RLQS}"),
+        )),
+        &Overrides::default(),
+    )
+    .unwrap_or_else(|error| panic!("{error}"));
+    server.app.apply_live(&reloaded);
+    sender
+        .send(reports("envoy", vec![envoy::usage(&api(), 1, 0, 1)]))
+        .await
+        .unwrap();
+    let refused = envoy::next(&mut answers).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::Unauthenticated, "{refused:?}");
+
+    // The kept token still opens and is answered.
+    let (sender, mut answers) = envoy::open(server.addr, Some(kept)).await.unwrap();
+    sender
+        .send(reports("envoy", vec![envoy::usage(&api(), 1, 0, 0)]))
+        .await
+        .unwrap();
+    assert!(envoy::next(&mut answers).await.unwrap().is_some());
+}
