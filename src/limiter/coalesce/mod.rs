@@ -44,9 +44,11 @@
 //! | `mod.rs` | the leader: one exchange for a batch, its answers, its take-back |
 //! | `gather` | the keys in flight, the checks waiting, the lead passed on |
 //! | `order` | the pure decision of a batch in arrival order |
+//! | `owed` | what a batch's counted answers would take back if dropped unread |
 
 mod gather;
 mod order;
+mod owed;
 
 use std::sync::Arc;
 
@@ -56,11 +58,11 @@ use tokio::sync::oneshot;
 pub(in crate::limiter) use self::gather::{Coalescer, Lead};
 use self::gather::{Counted, Joined, Member, TakeBack, Turn};
 use self::order::decide_in_order;
+use self::owed::{OwnCount, StoreTakeBack};
 use super::boundary::{self, Crossing};
 use super::counters;
 use super::deadline::Deadline;
 use super::{CheckError, Decision, Limiter, Source};
-use crate::join::start_now;
 use crate::near_cache::NearKey;
 use crate::policy::Policy;
 use crate::store::{KeyDigest, Store, StoreError};
@@ -364,44 +366,6 @@ impl<S: Store> Limiter<S> {
         let batch = counters::batch(&layouts, check.cost, check.counting, now_ms);
         self.fall_back(error, policy, &layouts, &batch, check.counting, now_ms)
             .await
-    }
-}
-
-/// A leader's own counted cost while it still awaits the batch's
-/// take-back: if its caller stops waiting then, the cost is taken back at
-/// once, so the store counts only what callers were told was counted.
-struct OwnCount<'a, S: Store> {
-    limiter: &'a Limiter<S>,
-    counters: &'a [crate::store::CounterKey],
-    cost: u64,
-    now_ms: u64,
-}
-
-impl<S: Store> Drop for OwnCount<'_, S> {
-    fn drop(&mut self) {
-        if self.cost > 0 && !self.counters.is_empty() {
-            // A store starts a subtraction on its first poll and finishes
-            // it whoever waits (see `Store::subtract`): start it, and leave.
-            start_now(
-                self.limiter
-                    .store
-                    .subtract(self.counters, self.cost, self.now_ms),
-            );
-        }
-    }
-}
-
-/// Takes a counted answer's cost back from the counters its batch added
-/// to (see [`Counted`]).
-struct StoreTakeBack<S: Store> {
-    store: S,
-    counters: crate::store::Counters,
-    now_ms: u64,
-}
-
-impl<S: Store> TakeBack for StoreTakeBack<S> {
-    fn take_back(&self, cost: u64) {
-        start_now(self.store.subtract(&self.counters, cost, self.now_ms));
     }
 }
 
