@@ -450,3 +450,73 @@ async fn a_replaced_node_is_followed_to_its_new_address() {
     );
     forwarding.abort();
 }
+
+/// A node removed while it still owes a take-back: a check whose caller
+/// gave up after its addition was written is taken back when the reply
+/// comes, and the node's connection must live that long, though discovery
+/// dropped the node meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_node_takes_back_what_it_owes_before_it_closes() {
+    let leaving = Memcached::start();
+    let staying = Memcached::start();
+    let proxy = common::proxy::CountingProxy::start(leaving.addr()).await;
+    let proxy_port = proxy.addr.rsplit(':').next().unwrap().to_owned();
+    let endpoint = Endpoint::start(None).await;
+    {
+        let mut served = endpoint.served.lock().unwrap();
+        served.version = 1;
+        served.nodes = vec![
+            format!("leaving.cache.local|127.0.0.1|{proxy_port}"),
+            format!("node-{0}.cache.local|127.0.0.1|{0}", staying.port),
+        ];
+    }
+    let store = Arc::new(
+        MemcachedStore::connect(&options(&endpoint.addr))
+            .await
+            .unwrap(),
+    );
+    wait_for_version(&store, 1).await;
+    let now = common::today_ms() + 1_000;
+    let limiter = Limiter::builder(store.clone())
+        .clock(ManualClock::new(now))
+        .timeout(Duration::from_millis(200))
+        .failure_mode(FailureMode::Allow)
+        .build();
+    let policy = roomy();
+    let key = (0..1_000)
+        .map(|index| format!("client-{index}"))
+        .find(|key| node_of(&store, key) == format!("leaving.cache.local:{proxy_port}"))
+        .expect("a key on the node to be removed");
+    let window = policy.limits()[0].window();
+    let counter = store.wire_key(&slidegate::store::CounterKey {
+        digest: KeyDigest::of("disc", &key),
+        window,
+        bucket: window.bucket_of(now),
+    });
+
+    // Written, and given up on before its reply: the reply brings its
+    // take-back.
+    proxy.delay_replies(1_000);
+    let decision = limiter.check(&key, &policy, 1).await.unwrap();
+    assert_eq!(decision.source, Source::Fallback, "{decision:?}");
+    // The node leaves before the reply comes.
+    {
+        let mut served = endpoint.served.lock().unwrap();
+        served.version = 2;
+        served.nodes.remove(0);
+    }
+    wait_for_version(&store, 2).await;
+
+    let counted = || {
+        let answer = leaving.raw(&format!("get {counter}\r\n"), "END\r\n");
+        answer
+            .lines()
+            .nth(1)
+            .filter(|_| answer.starts_with("VALUE"))
+            .map(|value| value.trim().to_owned())
+    };
+    common::wait::wait_for("the addition taken back", Duration::from_secs(10), || {
+        std::future::ready(counted().as_deref() == Some("0"))
+    })
+    .await;
+}

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 
@@ -122,8 +123,25 @@ impl TopologyCell {
         Some(topology.nodes[at].clone())
     }
 
+    /// Use `topology` from now on. A node it no longer has is kept until
+    /// it owes nothing (see [`Node::keep_until_it_owes_nothing`]), at most
+    /// until a reply would count as stalled, and a little more.
     pub(super) fn store(&self, topology: Topology) {
+        let left: Vec<Arc<Node>> = self
+            .current
+            .load()
+            .nodes
+            .iter()
+            .filter(|node| !topology.nodes.iter().any(|kept| Arc::ptr_eq(kept, node)))
+            .cloned()
+            .collect();
         self.current.store(Arc::new(topology));
+        let within = self.settings.stall_timeout + Duration::from_secs(1);
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            for node in left {
+                runtime.spawn(node.keep_until_it_owes_nothing(within));
+            }
+        }
     }
 }
 

@@ -195,6 +195,36 @@ impl Node {
         self.status.redials.by_reason()
     }
 
+    /// Whether the node has nothing queued and no write unanswered: a
+    /// reply still to come may carry a take-back (its caller gave up), and
+    /// a take-back may be queued; either needs the connection open.
+    fn owes_nothing(&self) -> bool {
+        self.queues
+            .iter()
+            .all(|queue| queue.capacity() == queue.max_capacity())
+            && self
+                .status
+                .slots
+                .iter()
+                .all(|slot| slot.oldest_unanswered().is_none())
+    }
+
+    /// Keep a node that left the topology until it owes nothing, at most
+    /// `within`: its connections close when the last handle on it goes,
+    /// and without this the replies still due (and the take-backs they
+    /// carry for callers that gave up) would be lost with them. Owing
+    /// nothing twice in a row, a short while apart, is believed: a writer
+    /// holding a request between the queue and the wire shows neither.
+    pub async fn keep_until_it_owes_nothing(self: Arc<Self>, within: Duration) {
+        const LOOK_EVERY: Duration = Duration::from_millis(20);
+        let until = tokio::time::Instant::now() + within;
+        let mut quiet_looks = 0;
+        while quiet_looks < 2 && tokio::time::Instant::now() < until {
+            quiet_looks = if self.owes_nothing() { quiet_looks + 1 } else { 0 };
+            tokio::time::sleep(LOOK_EVERY).await;
+        }
+    }
+
     /// Which slot's queue takes a request now (see [`health::pick`]).
     fn route(&self, delivery: Delivery) -> Result<usize, StoreError> {
         let views = self.status.views();
