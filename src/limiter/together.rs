@@ -13,10 +13,12 @@
 //! check takes back its own.
 
 mod group;
+mod owed;
 
 use self::group::{Group, groups};
+use self::owed::Owed;
 use super::*;
-use crate::join::{join_all, start_now};
+use crate::join::join_all;
 
 /// One part of a request decided by [`Limiter::check_all`].
 #[derive(Clone, Copy, Debug)]
@@ -375,47 +377,5 @@ fn refused() -> Decision {
         shadow: false,
         would_allow: false,
         decided_at_ms: 0,
-    }
-}
-
-/// One answered batch of a request whose other batches are still in
-/// flight. Dropped unclaimed, it takes its additions back: the store call
-/// that made them has ended, so its own take-back on a caller gone (the
-/// Memcached store's) no longer applies.
-struct Owed<'a, S: Store> {
-    limiter: &'a Limiter<S>,
-    batch: &'a CounterBatch,
-    local: bool,
-    /// Whether the batch's call succeeded, so that its additions stand.
-    added: bool,
-}
-
-impl<S: Store> Owed<'_, S> {
-    /// The request goes on with this batch's answer: what it added is the
-    /// request's to keep or take back.
-    fn claimed(mut self) {
-        self.added = false;
-    }
-}
-
-impl<S: Store> Drop for Owed<'_, S> {
-    fn drop(&mut self) {
-        let batch = self.batch;
-        if !self.added || batch.adds.is_empty() {
-            return;
-        }
-        if self.local {
-            start_now(
-                self.limiter
-                    .local
-                    .subtract(&batch.adds, batch.amount, batch.now_ms),
-            );
-        } else {
-            start_now(
-                self.limiter
-                    .store
-                    .subtract(&batch.adds, batch.amount, batch.now_ms),
-            );
-        }
     }
 }
