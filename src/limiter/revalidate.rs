@@ -27,6 +27,13 @@ impl<S: Store> Limiter<S> {
         };
         let verdict = window::decide(policy.limits(), &bounds, now_ms, cost, Counting::Never);
         if verdict.allowed {
+            if due {
+                // This check took the entry's turn to be read again, and
+                // the store decides it without reading what the entry
+                // holds for larger costs: the entry goes, or a reset
+                // elsewhere would go unseen for another interval.
+                self.near_cache.forget(&near_key);
+            }
             return passed;
         }
         if !due {
@@ -67,6 +74,10 @@ impl<S: Store> Limiter<S> {
             self.near_cache.forget(&near_key);
             return Reread::Admits;
         }
+        // Forgotten first: a refusal that is not remembered (a cost that
+        // can never pass) must not leave the old counts trusted for
+        // another interval.
+        self.near_cache.forget(&near_key);
         self.remember(near_key, policy, &counts, None, cost, now_ms);
         Reread::StillRefused(Decision::new(verdict, Source::Store))
     }
