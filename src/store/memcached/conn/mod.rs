@@ -220,7 +220,11 @@ impl Node {
         let until = tokio::time::Instant::now() + within;
         let mut quiet_looks = 0;
         while quiet_looks < 2 && tokio::time::Instant::now() < until {
-            quiet_looks = if self.owes_nothing() { quiet_looks + 1 } else { 0 };
+            quiet_looks = if self.owes_nothing() {
+                quiet_looks + 1
+            } else {
+                0
+            };
             tokio::time::sleep(LOOK_EVERY).await;
         }
     }
