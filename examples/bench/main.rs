@@ -15,96 +15,23 @@
 //! Every phase is bounded by a number of checks and by time, and every
 //! address must be on loopback.
 
+mod args;
 mod http;
+mod library;
 mod measure;
 mod raw;
 mod rls;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use args::{Args, parse_args};
+use library::{limiter_phase, memcache_crate};
 use measure::{Around, Row, histogram};
-use memcache::exp::{Arithmetic, AsyncMetaClient, Get, Op};
 use slidegate::{Limit, Limiter, MemcachedOptions, MemcachedStore, Policy};
 
 const KEYS: u64 = 10_000;
-
-struct Args {
-    memcached: String,
-    slidegate: PathBuf,
-    checks: u64,
-    seconds: u64,
-    memory_keys: u64,
-    /// Multiplexed connections per node for the library phases.
-    connections: usize,
-    /// Only the ceilings and the library phases (for a quick look).
-    library_only: bool,
-    /// Callers of the library phases.
-    callers: Vec<usize>,
-    /// Only the distinct-keys memory phase.
-    memory_only: bool,
-    /// Library phases with same-key coalescing off.
-    no_coalesce: bool,
-}
-
-fn parse_args() -> Result<Args, String> {
-    let mut args = Args {
-        memcached: "127.0.0.1:11211".to_owned(),
-        slidegate: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/release/slidegate"),
-        checks: 300_000,
-        seconds: 5,
-        memory_keys: 1_000_000,
-        connections: slidegate::MemcachedOptions::default().connections,
-        library_only: false,
-        callers: vec![1, 16, 64, 256],
-        memory_only: false,
-        no_coalesce: false,
-    };
-    let mut given = std::env::args().skip(1);
-    while let Some(flag) = given.next() {
-        let mut value = || given.next().ok_or(format!("{flag} needs a value"));
-        match flag.as_str() {
-            "--memcached" => args.memcached = value()?,
-            "--slidegate" => args.slidegate = value()?.into(),
-            "--checks" => args.checks = value()?.parse().map_err(|e| format!("--checks: {e}"))?,
-            "--seconds" => {
-                args.seconds = value()?.parse().map_err(|e| format!("--seconds: {e}"))?
-            }
-            "--connections" => {
-                args.connections = value()?
-                    .parse()
-                    .map_err(|e| format!("--connections: {e}"))?
-            }
-            "--library-only" => args.library_only = true,
-            "--memory-only" => args.memory_only = true,
-            "--no-coalesce" => args.no_coalesce = true,
-            "--memcached-pid" => measure::watch_memcached(
-                value()?
-                    .parse()
-                    .map_err(|e| format!("--memcached-pid: {e}"))?,
-            ),
-            "--callers" => {
-                args.callers = value()?
-                    .split(',')
-                    .map(|n| n.parse().map_err(|e| format!("--callers: {e}")))
-                    .collect::<Result<_, _>>()?
-            }
-            "--memory-keys" => {
-                args.memory_keys = value()?
-                    .parse()
-                    .map_err(|e| format!("--memory-keys: {e}"))?
-            }
-            other => return Err(format!("unknown flag {other}")),
-        }
-    }
-    let host = args.memcached.rsplit_once(':').map_or("", |(host, _)| host);
-    if !(host.starts_with("127.") || host == "localhost" || host == "[::1]") {
-        return Err("load goes to loopback only: give --memcached 127.x.x.x:PORT".to_owned());
-    }
-    Ok(args)
-}
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut argv = std::env::args().skip(1);
@@ -423,78 +350,6 @@ fn http_phase(mc: &str, server: &http::Server, load: &http::Load) -> Row {
     let mut row = http::wrk(server, load);
     around.finish(&mut row);
     row
-}
-
-/// `callers` tasks calling `check` until `total` calls or `limit`.
-async fn limiter_phase(
-    limiter: Arc<Limiter<MemcachedStore>>,
-    policy: Arc<Policy>,
-    callers: usize,
-    total: u64,
-    limit: Duration,
-    keys: u64,
-) -> Row {
-    let unexpected = Arc::new(AtomicU64::new(0));
-    let row = run_callers(callers, total, limit, {
-        let unexpected = unexpected.clone();
-        move |index| {
-            let (limiter, policy, unexpected) =
-                (limiter.clone(), policy.clone(), unexpected.clone());
-            async move {
-                let key = format!("key-{}", index % keys);
-                match limiter.check(&key, &policy, 1).await {
-                    Ok(decision)
-                        if decision.allowed && decision.source == slidegate::Source::Store => {}
-                    _ => {
-                        unexpected.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            }
-        }
-    })
-    .await;
-    let name = if keys == 1 {
-        "Limiter::check (library), one hot admitted key"
-    } else {
-        "Limiter::check (library)"
-    };
-    Row {
-        name: name.to_owned(),
-        concurrency: format!("{callers} caller{}", if callers == 1 { "" } else { "s" }),
-        unexpected: unexpected.load(Ordering::Relaxed),
-        ..row
-    }
-}
-
-/// The memcache crate's pooled client (what slidegate 0.1 used) sending
-/// the same two commands as a check.
-async fn memcache_crate(mc: &str, callers: usize, total: u64, limit: Duration) -> Row {
-    let client = AsyncMetaClient::builder()
-        .max_idle(callers)
-        .connect_async(mc)
-        .await
-        .expect("connect the memcache crate's client");
-    let row = run_callers(callers, total, limit, move |index| {
-        let client = client.clone();
-        async move {
-            let key = index % KEYS;
-            let batch = [
-                Op::from(Get::new(format!("cratebench:{key}:1"))),
-                Op::from(
-                    Arithmetic::new(format!("cratebench:{key}:2"))
-                        .delta(1)
-                        .initial(1, 130),
-                ),
-            ];
-            let _ = client.run_batch(batch).await;
-        }
-    })
-    .await;
-    Row {
-        name: "memcache crate pooled client (0.1's)".to_owned(),
-        concurrency: format!("{callers} caller{}", if callers == 1 { "" } else { "s" }),
-        ..row
-    }
 }
 
 async fn run_callers<F, Fut>(callers: usize, total: u64, limit: Duration, call: F) -> Row

@@ -4,7 +4,7 @@
 //!
 //! A store knows nothing of limits or decisions: it reads counters and adds
 //! to them. Both stores keep the same semantics, which one behaviour suite
-//! (`tests/behaviour.rs`) checks against each.
+//! (`tests/behaviour/`) checks against each.
 
 use std::future::Future;
 

@@ -1,0 +1,111 @@
+//! One behaviour suite, run against every store: the in-memory store and a
+//! real memcached started by the harness. Each behaviour is an `async fn`
+//! generic over the store; `behaviour_suite!` makes a test of it per store.
+//!
+//! Time is a manual clock placed at known offsets from the start of today
+//! (UTC), so bucket boundaries fall where the behaviours' numbers expect.
+//!
+//! This file holds the macro, the list of behaviours it makes tests of and
+//! the helpers they share; the behaviours are in the modules below, by what
+//! they test, and are brought in here by name for the macro.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod boundaries;
+mod keys;
+mod near_cache;
+mod windows;
+
+use std::time::Duration;
+
+use boundaries::{
+    a_check_whose_bucket_ends_in_flight_is_decided_again,
+    a_request_that_counted_nothing_is_not_decided_again_at_a_boundary,
+};
+use keys::{
+    any_key_maps_to_its_own_counters, counter_identity_is_scope_key_window_precision,
+    invalid_keys_and_costs_are_errors,
+};
+use near_cache::{
+    concurrent_checks_admit_exactly_the_limit, near_cache_answers_hot_rejects_without_the_store,
+};
+use slidegate::{Limit, Limiter, ManualClock, Policy, Store};
+use windows::{
+    a_client_that_keeps_asking_gets_one_less_than_the_limit_after_its_first_window,
+    admits_up_to_the_limit_then_rejects, cost_above_every_chance_is_refused_and_not_counted,
+    peek_counts_nothing, previous_bucket_is_weighted, rejected_requests_are_not_counted,
+    report_counts_even_over_the_limit, several_limits_count_only_if_all_admit,
+    smaller_cost_passes_where_a_larger_one_was_refused,
+    sub_buckets_and_reports_follow_the_worked_example, windows_over_thirty_days_keep_their_counts,
+};
+
+macro_rules! behaviour_suite {
+    ($($case:ident),* $(,)?) => {
+        mod memory {
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    super::$case(slidegate::MemoryStore::new()).await;
+                }
+            )*
+        }
+        mod memcached {
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    super::$case(super::common::memcached_store().await).await;
+                }
+            )*
+        }
+    };
+}
+
+behaviour_suite!(
+    admits_up_to_the_limit_then_rejects,
+    rejected_requests_are_not_counted,
+    previous_bucket_is_weighted,
+    sub_buckets_and_reports_follow_the_worked_example,
+    several_limits_count_only_if_all_admit,
+    peek_counts_nothing,
+    report_counts_even_over_the_limit,
+    smaller_cost_passes_where_a_larger_one_was_refused,
+    cost_above_every_chance_is_refused_and_not_counted,
+    counter_identity_is_scope_key_window_precision,
+    any_key_maps_to_its_own_counters,
+    invalid_keys_and_costs_are_errors,
+    near_cache_answers_hot_rejects_without_the_store,
+    concurrent_checks_admit_exactly_the_limit,
+    windows_over_thirty_days_keep_their_counts,
+    a_check_whose_bucket_ends_in_flight_is_decided_again,
+    a_request_that_counted_nothing_is_not_decided_again_at_a_boundary,
+    a_client_that_keeps_asking_gets_one_less_than_the_limit_after_its_first_window,
+);
+
+const MINUTE: u64 = 60_000;
+
+fn limit(limit: u64, window_ms: u64, precision: u32) -> Limit {
+    Limit::new(limit, window_ms, precision).unwrap()
+}
+
+fn policy(name: &str, limits: &[Limit]) -> Policy {
+    Policy::new(name, limits.to_vec()).unwrap()
+}
+
+/// A limiter on `store` with a manual clock `offset_ms` into today.
+fn limiter<S: Store>(store: S, offset_ms: u64) -> (Limiter<S>, ManualClock) {
+    let clock = ManualClock::new(common::today_ms() + offset_ms);
+    let limiter = Limiter::builder(store)
+        .clock(clock.clone())
+        .timeout(Duration::from_secs(2))
+        .build();
+    (limiter, clock)
+}
+
+fn estimates(decision: &slidegate::Decision) -> Vec<f64> {
+    decision
+        .limits
+        .iter()
+        .map(|state| state.estimate.as_f64())
+        .collect()
+}

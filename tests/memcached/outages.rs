@@ -1,0 +1,119 @@
+//! Outages: memcached killed under each failure mode (allow, deny, local),
+//! the store deciding again by itself once it is back, and a server that
+//! accepts connections and never answers.
+
+use std::time::{Duration, Instant};
+
+use slidegate::store::Store;
+use slidegate::{CheckError, FailureMode, Limiter, MemcachedStore, Source};
+
+use super::{MINUTE, policy};
+use crate::common;
+use crate::common::Memcached;
+use crate::common::wait::until_the_store_decides;
+
+fn limiter_on(
+    memcached: &Memcached,
+    mode: FailureMode,
+) -> impl Future<Output = Limiter<MemcachedStore>> {
+    let mut options = common::memcached_options(vec![memcached.addr()]);
+    options.timeout = Duration::from_millis(50);
+    async move {
+        Limiter::builder(MemcachedStore::connect(&options).await.unwrap())
+            .failure_mode(mode)
+            .build()
+    }
+}
+
+#[tokio::test]
+async fn fail_open_then_recover_by_itself() {
+    let mut memcached = Memcached::start();
+    let limiter = limiter_on(&memcached, FailureMode::Allow).await;
+    let api = policy(&[(1, MINUTE, 1)]);
+    assert_eq!(
+        limiter.check("k", &api, 1).await.unwrap().source,
+        Source::Store
+    );
+    assert!(limiter.ready().await.is_ok());
+
+    memcached.kill();
+    for _ in 0..3 {
+        let decision = limiter.check("k", &api, 1).await.unwrap();
+        assert_eq!(
+            (decision.allowed, decision.source),
+            (true, Source::Fallback)
+        );
+    }
+    let refused = limiter.check("k", &api, 2).await.unwrap();
+    assert!(
+        !refused.allowed,
+        "a cost above the limit is refused even when failing open"
+    );
+    assert!(limiter.ready().await.is_err());
+    assert!(limiter.metrics().store_errors >= 4);
+
+    // The connections redial by themselves, with a backoff of at most half
+    // a second: the store decides again within a second or so.
+    memcached.restart();
+    let (decision, took) = until_the_store_decides(&limiter, "k", &api).await;
+    assert!(decision.allowed);
+    println!("the store decided again {took:?} after the restart");
+    assert!(limiter.ready().await.is_ok());
+}
+
+#[tokio::test]
+async fn fail_closed() {
+    let mut memcached = Memcached::start();
+    let limiter = limiter_on(&memcached, FailureMode::Deny).await;
+    let api = policy(&[(5, MINUTE, 1)]);
+    memcached.kill();
+    assert!(matches!(
+        limiter.check("k", &api, 1).await,
+        Err(CheckError::StoreUnavailable(error)) if error.is_transient()
+    ));
+}
+
+#[tokio::test]
+async fn local_counters_while_the_store_is_down() {
+    let mut memcached = Memcached::start();
+    let limiter = limiter_on(&memcached, FailureMode::Local).await;
+    let api = policy(&[(3, MINUTE, 1)]);
+    memcached.kill();
+    let mut allowed = 0;
+    for _ in 0..5 {
+        let decision = limiter.check("k", &api, 1).await.unwrap();
+        assert_eq!(decision.source, Source::Fallback);
+        allowed += usize::from(decision.allowed);
+    }
+    assert_eq!(allowed, 3, "the local counters enforce the limit");
+}
+
+/// A server that accepts connections and never answers: every call must
+/// come back at the timeout (50 ms), not hang. The bound checked is loose
+/// (a second) so a busy machine cannot make it flaky; a hang would take the
+/// crate's own default of seconds, or forever.
+#[tokio::test]
+async fn a_silent_store_times_out() {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = silent.local_addr().unwrap().to_string();
+    let _accepting = std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in silent.incoming().take(64) {
+            held.push(stream);
+        }
+    });
+    let mut options = common::memcached_options(vec![addr]);
+    options.timeout = Duration::from_millis(50);
+    let store = MemcachedStore::connect(&options).await.unwrap();
+    let limiter = Limiter::new(store);
+    let api = policy(&[(5, MINUTE, 1)]);
+    let started = Instant::now();
+    let decision = limiter.check("k", &api, 1).await.unwrap();
+    assert_eq!(decision.source, Source::Fallback);
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert!(limiter.store().ping().await.is_err());
+}
