@@ -91,6 +91,10 @@ pub enum ClockSource {
 #[derive(Clone, Default)]
 pub struct ApiTokens {
     hashes: Vec<[u8; 32]>,
+    /// Tokens were configured, even if none is left (every one revoked, or
+    /// a tokens file read empty mid-write): the guard stays on and refuses
+    /// every call, rather than turning off.
+    configured: bool,
 }
 
 impl ApiTokens {
@@ -113,7 +117,21 @@ impl ApiTokens {
             }
             hashes.push(*blake3::hash(token.as_bytes()).as_bytes());
         }
-        Ok(ApiTokens { hashes })
+        let configured = !hashes.is_empty();
+        Ok(ApiTokens { hashes, configured })
+    }
+
+    /// The same tokens, configured even when there are none: the guard is
+    /// on (`server.api_tokens` written, or `server.api_tokens_file` named).
+    pub fn configured(mut self) -> ApiTokens {
+        self.configured = true;
+        self
+    }
+
+    /// Whether calls need a token: tokens were configured, even if none
+    /// is left to accept.
+    pub fn guard_on(&self) -> bool {
+        self.configured
     }
 
     pub fn is_empty(&self) -> bool {
@@ -223,8 +241,10 @@ pub(super) fn resolve(
                 tokens.extend(from_file.into_iter().map(str::to_owned));
                 api_tokens_file = Some(path);
             }
-            ApiTokens::new(tokens.iter().map(String::as_str))
-                .map_err(|message| origin.file_error("server.api_tokens", message))?
+            let written = server.api_tokens.is_some() || server.api_tokens_file.is_some();
+            let tokens = ApiTokens::new(tokens.iter().map(String::as_str))
+                .map_err(|message| origin.file_error("server.api_tokens", message))?;
+            if written { tokens.configured() } else { tokens }
         }
     };
 

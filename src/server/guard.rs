@@ -186,7 +186,7 @@ impl Guard {
         // Borrowed, not counted: every call reads the tokens.
         let live = self.tokens.load();
         let tokens = &live.api_tokens;
-        if tokens.is_empty() {
+        if !tokens.guard_on() {
             return None;
         }
         let presented = authorization.and_then(bearer_token);

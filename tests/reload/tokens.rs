@@ -122,3 +122,62 @@ async fn a_token_removed_from_api_tokens_file_is_refused_after_a_reload() {
 async fn a_token_removed_from_a_watched_tokens_file_is_refused_without_a_signal() {
     a_revoked_token_is_refused_on_the_next_call(TokensIn::FileWatched).await;
 }
+
+/// Every token revoked (or a tokens file caught empty mid-write): the
+/// guard stays on and refuses every call, rather than turning off.
+async fn with_no_token_left_every_call_is_refused(tokens_in: TokensIn) {
+    let dir = process::temp_dir("slidegate-revoke-all");
+    let config = dir.join("slidegate.toml");
+    let addr = process::free_addr();
+    let server = match tokens_in {
+        TokensIn::List => "api_tokens = []".to_owned(),
+        TokensIn::File | TokensIn::FileWatched => {
+            std::fs::write(dir.join("tokens"), format!("{TOKEN_A}\n")).unwrap();
+            "api_tokens_file = \"tokens\"".to_owned()
+        }
+    };
+    let write_config = |server: &str| {
+        std::fs::write(
+            &config,
+            format!("[reload]\nwatch_ms = 100\n[server]\n{server}\n"),
+        )
+        .unwrap();
+    };
+    match tokens_in {
+        TokensIn::List => write_config(&format!("api_tokens = [{TOKEN_A:?}]")),
+        TokensIn::File | TokensIn::FileWatched => write_config(&server),
+    }
+    let _daemon = start_listening(&config, &dir, Some(addr), &[addr]);
+    assert_eq!(check_with(addr, TOKEN_A).await, 200);
+
+    match tokens_in {
+        TokensIn::List => write_config(&server),
+        TokensIn::File | TokensIn::FileWatched => {
+            std::fs::write(dir.join("tokens"), "# every token revoked\n").unwrap();
+        }
+    }
+    reloaded(addr, 1.0).await;
+    assert_eq!(check_with(addr, TOKEN_A).await, 401, "{tokens_in:?}");
+    let bare = http::send(
+        addr,
+        "POST",
+        "/v1/check",
+        &[],
+        r#"{"key": "k", "limits": [{"limit": 1000, "window": "1h"}]}"#,
+    )
+    .await;
+    assert_eq!(
+        bare.status, 401,
+        "{tokens_in:?}: with no token left the API is open"
+    );
+}
+
+#[tokio::test]
+async fn an_emptied_tokens_file_refuses_every_call() {
+    with_no_token_left_every_call_is_refused(TokensIn::FileWatched).await;
+}
+
+#[tokio::test]
+async fn an_emptied_token_list_refuses_every_call() {
+    with_no_token_left_every_call_is_refused(TokensIn::List).await;
+}
