@@ -150,7 +150,13 @@ fn auth_key(
     if client.len() > crate::limiter::MAX_KEY_BYTES {
         return Err("X-Forwarded-For: the client's hop is longer than 1024 bytes".to_owned());
     }
-    Ok(String::from_utf8_lossy(client).into_owned())
+    // An address is the key without its port (a proxy may append the
+    // client's source port, which the client picks per connection), as
+    // `client_address` reads it for exemptions; any other hop as written.
+    Ok(match hop_address(client) {
+        Some(address) => address.to_string(),
+        None => String::from_utf8_lossy(client).into_owned(),
+    })
 }
 
 /// The client's address, as [`auth_key`] finds it without `X-RateLimit-Key`
@@ -254,7 +260,13 @@ mod tests {
             key("192.0.2.66, 203.0.113.7, 10.0.0.9 ,10.1.1.1"),
             "203.0.113.7"
         );
-        assert_eq!(key("203.0.113.7:5123, 10.0.0.9:80"), "203.0.113.7:5123");
+        // A proxy that appends the client's port: the key is the address
+        // alone, or the client would choose a fresh key with each source
+        // port it dials from.
+        assert_eq!(key("203.0.113.7:5123, 10.0.0.9:80"), "203.0.113.7");
+        assert_eq!(key("203.0.113.7:5124, 10.0.0.9:80"), "203.0.113.7");
+        assert_eq!(key("[2001:db8::7]:5123, 10.0.0.9"), "2001:db8::7");
+        assert_eq!(key("2001:db8::7, 10.0.0.9"), "2001:db8::7");
         assert_eq!(key("not-an-address, 10.0.0.9"), "not-an-address");
         assert_eq!(
             key("10.0.0.8, 10.0.0.9"),
