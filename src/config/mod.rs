@@ -27,7 +27,7 @@ mod net;
 mod policies;
 pub mod reload;
 mod rlqs;
-mod rls;
+pub(crate) mod rls;
 
 pub use auth::AuthConfig;
 pub(crate) use auth::check_deny_status;

@@ -100,10 +100,13 @@ pub struct Reloader {
     overrides: Overrides,
     /// What a restart-only setting is compared with: the value in force.
     started: Config,
-    /// The files a reload reads (the configuration, and the tokens file it
-    /// names), each with its bytes when last loaded; `None` when it could
-    /// not be read.
+    /// The files a reload reads (the configuration, the tokens file and
+    /// the RLS rules it names), each with its bytes when last loaded;
+    /// `None` when it could not be read.
     seen: Vec<(PathBuf, Option<Vec<u8>>)>,
+    /// The RLS rule files the process started with, and their bytes: the
+    /// rules are read only at start, so a change is restart-only.
+    started_rules: Vec<(PathBuf, Option<Vec<u8>>)>,
     /// How often to read the files, as the last loaded configuration says
     /// (it applies live).
     watch: Option<std::time::Duration>,
@@ -120,11 +123,13 @@ impl Reloader {
     /// Start from the configuration loaded at start, from these flags.
     pub fn new(overrides: Overrides, started: Config) -> Reloader {
         let seen = read_all(watched(&overrides, &started));
+        let started_rules = read_all(rule_files(&started));
         Reloader {
             overrides,
             watch: started.watch,
             started,
             seen,
+            started_rules,
         }
     }
 
@@ -171,7 +176,12 @@ impl Reloader {
         if self.seen.iter().map(|(path, _)| path).ne(paths.iter()) {
             self.seen = read_all(paths);
         }
-        let needs_restart = restart_only_changes(&self.started, &config);
+        let mut needs_restart = restart_only_changes(&self.started, &config);
+        if !needs_restart.contains(&"rls.config")
+            && read_all(rule_files(&config)) != self.started_rules
+        {
+            needs_restart.push("rls.config");
+        }
         self.watch = config.watch;
         Ok(Reloaded {
             config,
@@ -180,14 +190,27 @@ impl Reloader {
     }
 }
 
-/// The files whose content `config` was loaded from.
+/// The files whose content `config` was loaded from, or (the RLS rules)
+/// that the process read at start.
 fn watched(overrides: &Overrides, config: &Config) -> Vec<PathBuf> {
     overrides
         .config
         .iter()
         .chain(&config.server.api_tokens_file)
         .cloned()
+        .chain(rule_files(config))
         .collect()
+}
+
+/// The RLS rule files `config` names, as the RLS service reads them; none
+/// when it names none, or a directory that cannot be listed (its listing
+/// failing at start stops the process, so it is a change).
+fn rule_files(config: &Config) -> Vec<PathBuf> {
+    config
+        .rls_config
+        .as_deref()
+        .and_then(|path| super::rls::rule_files(path).ok())
+        .unwrap_or_default()
 }
 
 fn read_all(paths: Vec<PathBuf>) -> Vec<(PathBuf, Option<Vec<u8>>)> {

@@ -74,3 +74,36 @@ pub(super) fn resolve(
         max_descriptors,
     })
 }
+
+/// The rule files `path` stands for: itself, or every `*.yaml` and `*.yml`
+/// file of the directory it names (in name order, hidden ones skipped), as
+/// envoyproxy/ratelimit reads its runtime directory. Read by the RLS
+/// service at start, and by a reload to see whether they changed.
+pub(crate) fn rule_files(path: &Path) -> Result<Vec<PathBuf>, String> {
+    if !path.is_dir() {
+        return Ok(vec![path.to_owned()]);
+    }
+    let entries = std::fs::read_dir(path)
+        .map_err(|error| format!("cannot read {}: {error}", path.display()))?;
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .filter(|file| {
+            let name = file
+                .file_name()
+                .and_then(|name| name.to_str())
+                .unwrap_or("");
+            !name.starts_with('.')
+                && (name.ends_with(".yaml") || name.ends_with(".yml"))
+                && file.is_file()
+        })
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        return Err(format!(
+            "{}: no .yaml or .yml file in this directory",
+            path.display()
+        ));
+    }
+    Ok(files)
+}

@@ -91,3 +91,52 @@ limits = [{{ limit = 1, window = "1h" }}]
         "the file agrees with the running process again"
     );
 }
+
+/// The RLS rules file changed, its path not: the rules are read only at
+/// start, so the reload names `rls.config` as needing a restart, rather
+/// than reporting a clean reload while the old rules stay in force; the
+/// watch sees the rules file change as it sees the configuration's.
+#[cfg(feature = "grpc")]
+#[tokio::test]
+async fn changed_rls_rules_are_named_as_needing_a_restart() {
+    let dir = process::temp_dir("slidegate-rls-rules-changed");
+    let config = dir.join("slidegate.toml");
+    let rules = dir.join("rules.yaml");
+    let addr = process::free_addr();
+    let rls = process::free_addr();
+    let rules_at = |per_hour: u32| {
+        format!(
+            "domain: test\ndescriptors:\n  - key: client\n    rate_limit: {{unit: hour, requests_per_unit: {per_hour}}}\n"
+        )
+    };
+    std::fs::write(&rules, rules_at(1000)).unwrap();
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"{addr}\"\n[reload]\nwatch_ms = 100\n[rls]\nlisten = \"{rls}\"\nconfig = \"rules.yaml\"\n"
+        ),
+    )
+    .unwrap();
+    let daemon = start_listening(&config, &dir, None, &[addr, rls]);
+
+    std::fs::write(&rules, rules_at(1)).unwrap();
+    reloaded(addr, 1.0).await;
+    let log = daemon.log();
+    assert!(
+        log.lines()
+            .any(|line| line.contains("restart needed") && line.contains("\"rls.config\"")),
+        "no restart-needed line naming rls.config:\n{log}"
+    );
+    assert_eq!(
+        metric(addr, "slidegate_config_restart_pending").await,
+        Some(1.0)
+    );
+
+    std::fs::write(&rules, rules_at(1000)).unwrap();
+    reloaded(addr, 2.0).await;
+    assert_eq!(
+        metric(addr, "slidegate_config_restart_pending").await,
+        Some(0.0),
+        "the rules agree with the running process again"
+    );
+}

@@ -4,7 +4,7 @@
 //! envoyproxy/ratelimit's `GetLimit` (src/config/config_impl.go) does.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use super::metrics::RuleMetrics;
 use crate::policy::{Limit, MAX_WINDOW_MS, Policy};
@@ -118,33 +118,7 @@ impl RuleSet {
     /// A YAML file, or every `*.yaml` and `*.yml` file of a directory (in
     /// name order), as envoyproxy/ratelimit reads its runtime directory.
     pub fn load(path: &Path) -> Result<RuleSet, String> {
-        let files: Vec<PathBuf> = if path.is_dir() {
-            let entries = std::fs::read_dir(path)
-                .map_err(|error| format!("cannot read {}: {error}", path.display()))?;
-            let mut files: Vec<PathBuf> = entries
-                .filter_map(Result::ok)
-                .map(|entry| entry.path())
-                .filter(|file| {
-                    let name = file
-                        .file_name()
-                        .and_then(|name| name.to_str())
-                        .unwrap_or("");
-                    !name.starts_with('.')
-                        && (name.ends_with(".yaml") || name.ends_with(".yml"))
-                        && file.is_file()
-                })
-                .collect();
-            files.sort();
-            if files.is_empty() {
-                return Err(format!(
-                    "{}: no .yaml or .yml file in this directory",
-                    path.display()
-                ));
-            }
-            files
-        } else {
-            vec![path.to_owned()]
-        };
+        let files = crate::config::rls::rule_files(path)?;
         let mut rules = RuleSet::default();
         for file in files {
             let text = std::fs::read_to_string(&file)
