@@ -76,11 +76,29 @@ async fn main() -> anyhow::Result<()> {
         until_stopped(stopped.clone()),
     ));
     server::serve(listener, app, until_stopped(stopped)).await?;
-    for face in [rls, rlqs].into_iter().flatten() {
-        face.await.context("a gRPC server task failed")??;
+    // The gRPC faces stopped taking calls with the signal. A call in
+    // flight gets this long to finish; an RLQS stream never would (Envoy
+    // keeps it open and reports on it for as long as the server lets it),
+    // so past the bound the faces are closed, and Envoy reconnects
+    // elsewhere.
+    let drained_by = tokio::time::Instant::now() + GRPC_DRAIN;
+    for mut face in [rls, rlqs].into_iter().flatten() {
+        match tokio::time::timeout_at(drained_by, &mut face).await {
+            Ok(ended) => ended.context("a gRPC server task failed")??,
+            Err(_) => {
+                face.abort();
+                tracing::warn!(
+                    "gRPC calls or streams still open {GRPC_DRAIN:?} after the signal: closed"
+                );
+            }
+        }
     }
     Ok(())
 }
+
+/// How long the gRPC faces may take to finish what is in flight once
+/// stopped: an RLS call takes milliseconds, an RLQS stream for ever.
+const GRPC_DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
 
 #[cfg(feature = "grpc")]
 fn with_rls(app: App, config: &Config) -> anyhow::Result<App> {

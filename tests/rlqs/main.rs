@@ -20,6 +20,7 @@ mod example;
 mod failure_mode;
 mod fleet;
 mod guard;
+mod shutdown;
 mod streams;
 
 use std::net::SocketAddr;
