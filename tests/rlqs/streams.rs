@@ -95,6 +95,14 @@ async fn bad_input_is_invalid_argument_naming_the_field_and_other_streams_go_on(
 
     let mut no_elapsed = envoy::usage(&api(), 1, 0, 0);
     no_elapsed.time_elapsed = None;
+    // What one bucket id may weigh is bounded: a stream keeps its buckets,
+    // and an instance its streams.
+    let long_value = "v".repeat(64 * 1024);
+    let long_name = "k".repeat(1024);
+    let many: Vec<(String, String)> = (0..100)
+        .map(|i| (format!("l{i}"), "v".to_owned()))
+        .collect();
+    let many: Vec<(&str, &str)> = many.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let mut no_id = envoy::usage(&api(), 1, 0, 0);
     no_id.bucket_id = None;
     let cases = [
@@ -113,6 +121,27 @@ async fn bad_input_is_invalid_argument_naming_the_field_and_other_streams_go_on(
             vec![reports(
                 "envoy",
                 vec![envoy::usage(&labels(&[("name", "")]), 1, 0, 0)],
+            )],
+            "bucket_quota_usages[0].bucket_id.bucket:",
+        ),
+        (
+            vec![reports(
+                "envoy",
+                vec![envoy::usage(&labels(&[("name", &long_value)]), 1, 0, 0)],
+            )],
+            "bucket_quota_usages[0].bucket_id.bucket:",
+        ),
+        (
+            vec![reports(
+                "envoy",
+                vec![envoy::usage(&labels(&[(&long_name, "api")]), 1, 0, 0)],
+            )],
+            "bucket_quota_usages[0].bucket_id.bucket:",
+        ),
+        (
+            vec![reports(
+                "envoy",
+                vec![envoy::usage(&labels(&many), 1, 0, 0)],
             )],
             "bucket_quota_usages[0].bucket_id.bucket:",
         ),

@@ -20,6 +20,10 @@ use tonic::service::Routes;
 
 use super::App;
 
+/// Calls or streams one HTTP/2 connection may have open at once; past it
+/// the client waits for one to end (Envoy opens a handful).
+pub(crate) const MAX_STREAMS_PER_CONNECTION: u32 = 100;
+
 /// Serve `routes` on `listener` until `shutdown` completes: HTTP/2 without
 /// TLS (as Envoy's `envoy_grpc` cluster with `http2_protocol_options`
 /// speaks it), connections taken under `app`'s cap and closed after its
@@ -35,6 +39,9 @@ pub(crate) async fn serve(
     let ping_every = app.guard.quiet_timeout() / 3;
     tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(ping_every))
+        // Each connection counts once under the connection cap; what one
+        // may carry at once is bounded too (tonic sets no limit).
+        .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)
         .add_routes(routes)
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await

@@ -47,9 +47,14 @@ impl Drop for OpenStream<'_> {
 }
 
 impl RlqsMetrics {
-    pub fn opened(&self) -> OpenStream<'_> {
-        self.streams.fetch_add(1, Ordering::Relaxed);
-        OpenStream(self)
+    /// Count one more open stream, unless `most` are open already.
+    pub fn try_open(&self, most: u64) -> Option<OpenStream<'_>> {
+        self.streams
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |open| {
+                (open < most).then_some(open + 1)
+            })
+            .ok()
+            .map(|_| OpenStream(self))
     }
 
     pub fn report(&self) {
@@ -99,5 +104,26 @@ impl RlqsMetrics {
         )?;
         ConstCounter::new(load(&self.abandons)).encode(family)?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn at_most_the_bound_of_streams_are_open_and_a_closed_one_frees_its_place() {
+        let metrics = RlqsMetrics::default();
+        let open: Vec<OpenStream<'_>> = (0..3).map_while(|_| metrics.try_open(3)).collect();
+        assert_eq!(open.len(), 3);
+        assert!(
+            metrics.try_open(3).is_none(),
+            "a fourth stream past the bound"
+        );
+        drop(open);
+        assert!(
+            metrics.try_open(3).is_some(),
+            "closed streams free their places"
+        );
     }
 }

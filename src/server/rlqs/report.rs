@@ -27,7 +27,7 @@ impl Usage<'_> {
             .bucket_id
             .as_ref()
             .ok_or_else(|| field("bucket_id", "is required"))?;
-        check_labels(&bucket_id.bucket).map_err(|message| field("bucket_id.bucket", message))?;
+        check_labels(&bucket_id.bucket).map_err(|message| field("bucket_id.bucket", &message))?;
         // Present and zero is valid: Envoy's first report of a new bucket.
         let elapsed = usage
             .time_elapsed
@@ -54,15 +54,43 @@ impl Usage<'_> {
     }
 }
 
-fn check_labels(labels: &HashMap<String, String>) -> Result<(), &'static str> {
+/// The most labels a bucket id may hold, and the longest label name and
+/// value, in bytes: a stream keeps the ids of the buckets it reports (up
+/// to `MAX_BUCKETS_PER_STREAM`), so what one id may weigh is bounded, as
+/// an HTTP key is. Envoy's ids are a few short labels (a route's name, a
+/// tenant, a header's value).
+pub(super) const MAX_LABELS: usize = 8;
+pub(super) const MAX_LABEL_NAME_BYTES: usize = 64;
+pub(super) const MAX_LABEL_VALUE_BYTES: usize = 512;
+
+fn check_labels(labels: &HashMap<String, String>) -> Result<(), String> {
     if labels.is_empty() {
-        return Err("must hold at least one label");
+        return Err("must hold at least one label".to_owned());
+    }
+    if labels.len() > MAX_LABELS {
+        return Err(format!(
+            "holds {} labels; at most {MAX_LABELS}",
+            labels.len()
+        ));
     }
     if labels
         .iter()
         .any(|(key, value)| key.is_empty() || value.is_empty())
     {
-        return Err("labels and their values must not be empty");
+        return Err("labels and their values must not be empty".to_owned());
+    }
+    if labels.keys().any(|key| key.len() > MAX_LABEL_NAME_BYTES) {
+        return Err(format!(
+            "a label name is longer than {MAX_LABEL_NAME_BYTES} bytes"
+        ));
+    }
+    if labels
+        .values()
+        .any(|value| value.len() > MAX_LABEL_VALUE_BYTES)
+    {
+        return Err(format!(
+            "a label value is longer than {MAX_LABEL_VALUE_BYTES} bytes"
+        ));
     }
     Ok(())
 }

@@ -39,6 +39,10 @@ use crate::policy::Policy;
 use crate::server::App;
 use crate::server::grpc::{authorize, authorize_value};
 
+/// The most RLQS streams an instance serves at once: each keeps what its
+/// client reports (at most `MAX_BUCKETS_PER_STREAM` bucket ids of bounded
+/// size), so their number is what bounds the memory they take.
+const MAX_STREAMS: u64 = 1_024;
 /// The most buckets one report may carry.
 const MAX_USAGES_PER_REPORT: usize = 1_000;
 /// How often a stream looks for buckets to abandon when it hears nothing.
@@ -88,7 +92,13 @@ impl RlqsService {
         authorization: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
         outbound: Outbound,
     ) {
-        let _open = self.rlqs.metrics.opened();
+        let Some(_open) = self.rlqs.metrics.try_open(MAX_STREAMS) else {
+            let refused = Status::resource_exhausted(format!(
+                "this instance serves at most {MAX_STREAMS} RLQS streams at once"
+            ));
+            let _ = outbound.send(Err(refused)).await;
+            return;
+        };
         let mut stream = StreamState::new(NEXT_STREAM.fetch_add(1, Ordering::Relaxed));
         let mut sweep = tokio::time::interval(SWEEP_EVERY);
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
