@@ -26,7 +26,7 @@ mod near_cache;
 mod net;
 mod policies;
 pub mod reload;
-mod rlqs;
+pub(crate) mod rlqs;
 pub(crate) mod rls;
 
 pub use auth::AuthConfig;

@@ -11,6 +11,11 @@ use serde::Deserialize;
 use super::{ConfigError, Origin, Overrides, parse_listen};
 use crate::policy::{Limit, parse_duration_ms};
 
+/// Sub-buckets of the window RLQS counts each bucket's fleet-wide demand
+/// in (one a second of 10 s): its counters are this plus one, which
+/// `limits.max_counters` must allow.
+pub(crate) const RLQS_DEMAND_PRECISION: u32 = 10;
+
 /// How long an assignment lives in Envoy without a refresh, by default.
 pub const DEFAULT_ASSIGNMENT_TTL: Duration = Duration::from_secs(10);
 /// How long a stream may leave a bucket unreported before it is abandoned.
@@ -113,6 +118,16 @@ pub(super) fn resolve(
     if !cfg!(feature = "grpc") && listen.is_some() {
         return Err(ConfigError(
             "Envoy RLQS is configured, but this build has no `grpc` feature".to_owned(),
+        ));
+    }
+    let demand_counters = RLQS_DEMAND_PRECISION as usize + 1;
+    if listen.is_some() && max_counters < demand_counters {
+        return Err(in_file(
+            "limits.max_counters",
+            format!(
+                "{max_counters} is fewer than RLQS needs: it counts each bucket's demand in \
+                 {demand_counters} counters (raise it, or serve no rlqs.listen)"
+            ),
         ));
     }
     let duration = |field: &str, text: Option<&String>, default: Duration, whole: bool| {

@@ -187,3 +187,30 @@ fn coalescing_is_on_unless_the_file_the_environment_or_the_flag_turns_it_off() {
     let error = resolve("", Some("perhaps"), false).unwrap_err().to_string();
     assert!(error.contains("SLIDEGATE_COALESCE"), "{error}");
 }
+
+/// RLQS counts each bucket's fleet-wide demand in a policy of its own (a
+/// 10 s window at precision 10: 11 counters). A `limits.max_counters`
+/// below that would have every demand count refused, and each instance
+/// share out quota as if its own clients were the whole fleet.
+#[cfg(feature = "grpc")]
+#[test]
+fn rlqs_needs_max_counters_to_hold_its_demand() {
+    let rlqs = "[rlqs]\nlisten = \"127.0.0.1:0\"\n";
+    let error = resolve(
+        &format!("[limits]\nmax_counters = 10\n{rlqs}"),
+        &Overrides::default(),
+    )
+    .err()
+    .unwrap_or_default();
+    assert!(error.contains("limits.max_counters"), "{error}");
+    assert!(error.contains("11"), "{error}");
+    assert!(
+        resolve(
+            &format!("[limits]\nmax_counters = 11\n{rlqs}"),
+            &Overrides::default()
+        )
+        .is_ok()
+    );
+    // Without RLQS, a low bound is the operator's to choose.
+    assert!(resolve("[limits]\nmax_counters = 2\n", &Overrides::default()).is_ok());
+}

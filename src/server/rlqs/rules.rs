@@ -18,7 +18,7 @@ const DEMAND_SCOPE: &str = "rlqs-demand:";
 /// client's share moves to the busy ones within it.
 pub const DEMAND_WINDOW: Duration = Duration::from_secs(10);
 /// Sub-buckets of the demand window: one a second.
-const DEMAND_PRECISION: u32 = 10;
+const DEMAND_PRECISION: u32 = crate::config::rlqs::RLQS_DEMAND_PRECISION;
 
 /// The `[rlqs]` settings in force, compiled.
 #[derive(Debug)]
