@@ -212,8 +212,25 @@ pub(super) fn resolve(
     // the list and the file add up.
     let mut api_tokens_file = None;
     let api_tokens = match &overrides.api_tokens {
-        Some(list) => ApiTokens::new(list.split(',').map(str::trim).filter(|t| !t.is_empty()))
-            .map_err(|message| ConfigError(format!("SLIDEGATE_API_TOKENS: {message}")))?,
+        Some(list) => {
+            let listed: Vec<&str> = list
+                .split(',')
+                .map(str::trim)
+                .filter(|token| !token.is_empty())
+                .collect();
+            // Set but empty (an unset Secret, say): not taken for "no
+            // guard", which would override the file's tokens and open the
+            // API without a word.
+            if listed.is_empty() {
+                return Err(ConfigError(
+                    "SLIDEGATE_API_TOKENS: is set but holds no token: give at least one, or unset it"
+                        .to_owned(),
+                ));
+            }
+            ApiTokens::new(listed)
+                .map_err(|message| ConfigError(format!("SLIDEGATE_API_TOKENS: {message}")))?
+                .configured()
+        }
         None => {
             let mut tokens: Vec<String> = Vec::new();
             if let Some(listed) = &server.api_tokens {
@@ -298,6 +315,21 @@ mod tests {
         assert_eq!(config.server.max_connections, DEFAULT_MAX_CONNECTIONS);
         assert!(config.server.api_tokens.is_empty());
         assert_eq!(config.clock_source, ClockSource::Local);
+    }
+
+    /// An empty `SLIDEGATE_API_TOKENS` (an unset Secret, say) must not
+    /// stand for "no guard" over the file's tokens: it is an error.
+    #[test]
+    fn an_empty_token_variable_is_refused_not_taken_for_an_open_api() {
+        let text = format!("[server]\napi_tokens = [\"{TOKEN}\"]\n");
+        for empty in ["", ",", " , "] {
+            let overrides = Overrides {
+                api_tokens: Some(empty.into()),
+                ..Overrides::default()
+            };
+            let error = resolve(&text, &overrides).err().unwrap_or_default();
+            assert!(error.contains("SLIDEGATE_API_TOKENS"), "{empty:?}: {error}");
+        }
     }
 
     #[test]
