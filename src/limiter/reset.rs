@@ -14,8 +14,6 @@ impl<S: Store> Limiter<S> {
         let digest = KeyDigest::of(policy.scope(), key);
         let now_ms = self.clock.now_ms();
         let counters = reset_counters(digest, policy, now_ms);
-        // The local counters are in memory: removing them cannot fail.
-        let _ = self.local.remove(&counters, now_ms).await;
         let removed = self
             .timed(
                 Deadline::after(self.timeout),
@@ -23,6 +21,9 @@ impl<S: Store> Limiter<S> {
             )
             .await
             .map_err(CheckError::StoreUnavailable)?;
+        // After the store: a reset it could not carry out is answered as
+        // nothing reset, so nothing is. In memory, this cannot fail.
+        let _ = self.local.remove(&counters, now_ms).await;
         // After the store, so that a refusal decided meanwhile on the old
         // counts cannot be remembered past the reset here.
         self.near_cache.forget(&NearKey::new(digest, policy));

@@ -117,3 +117,23 @@ async fn a_silent_store_times_out() {
     );
     assert!(limiter.store().ping().await.is_err());
 }
+
+/// A reset the store cannot carry out answers that nothing was reset (a
+/// 503 over HTTP): so nothing is, the local counters of failure mode
+/// `local` included, and the key stays refused here as everywhere else.
+#[tokio::test]
+async fn a_reset_that_fails_leaves_the_local_counters_too() {
+    let mut memcached = Memcached::start();
+    let limiter = limiter_on(&memcached, FailureMode::Local).await;
+    let api = policy(&[(1, MINUTE, 1)]);
+    memcached.kill();
+    assert!(limiter.check("k", &api, 1).await.unwrap().allowed);
+    assert!(!limiter.check("k", &api, 1).await.unwrap().allowed);
+    assert!(matches!(
+        limiter.reset("k", &api).await,
+        Err(CheckError::StoreUnavailable(_))
+    ));
+    let after = limiter.check("k", &api, 1).await.unwrap();
+    assert_eq!(after.source, Source::Fallback);
+    assert!(!after.allowed, "a failed reset unblocked the key here");
+}
