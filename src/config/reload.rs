@@ -164,6 +164,13 @@ impl Reloader {
         changed
     }
 
+    /// A reloaded configuration was put in force: its `reload.watch_ms`
+    /// applies from now on. Not before: a file the server refuses after it
+    /// loaded leaves the running configuration whole, its watch included.
+    pub fn applied(&mut self, config: &Config) {
+        self.watch = config.watch;
+    }
+
     /// Load the file again. On failure the running configuration stays, and
     /// the error names the file and the field.
     pub fn reload(&mut self) -> Result<Reloaded, ConfigError> {
@@ -182,7 +189,6 @@ impl Reloader {
         {
             needs_restart.push("rls.config");
         }
-        self.watch = config.watch;
         Ok(Reloaded {
             config,
             needs_restart,

@@ -82,6 +82,7 @@ pub fn reload_once(app: &App, reloader: &mut Reloader, why: &str) {
         Ok(reloaded) => {
             let config = reloaded.config;
             app.apply_live(&config);
+            reloader.applied(&config);
             let restart = !reloaded.needs_restart.is_empty();
             if restart {
                 tracing::warn!(

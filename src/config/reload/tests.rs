@@ -136,3 +136,32 @@ window = "1m"
     assert_eq!(restart_only_changes(&running, &changed), Vec::<&str>::new());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A file that loads but is then refused (the server's own check, say the
+/// RLS rules no longer fit its `limits.max_counters`) must not change how
+/// often the files are watched: the running configuration stays whole.
+/// `reload.watch_ms` changes when the server applies the file.
+#[test]
+fn a_reloaded_watch_applies_only_with_the_file() {
+    let dir = test_dir().join("watch");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("slidegate.toml");
+    std::fs::write(&path, "[reload]\nwatch_ms = 100\n").unwrap();
+    let overrides = Overrides {
+        config: Some(path.clone()),
+        ..Overrides::default()
+    };
+    let started = Config::load(&overrides).unwrap();
+    let mut reloader = Reloader::new(overrides, started);
+    assert_eq!(reloader.watch(), Some(std::time::Duration::from_millis(100)));
+
+    std::fs::write(&path, "[reload]\nwatch_ms = 0\n").unwrap();
+    let reloaded = reloader.reload().unwrap();
+    assert_eq!(
+        reloader.watch(),
+        Some(std::time::Duration::from_millis(100)),
+        "loaded, not yet applied"
+    );
+    reloader.applied(&reloaded.config);
+    assert_eq!(reloader.watch(), None);
+}
