@@ -86,7 +86,7 @@ pub(super) fn resolve(
     })
 }
 
-fn check_endpoint(text: &str) -> Result<String, String> {
+pub(super) fn check_endpoint(text: &str) -> Result<String, String> {
     let text = text.trim();
     match text.rsplit_once(':') {
         Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0) => {

@@ -43,6 +43,7 @@ pub(super) fn resolve(
     file: &MemcachedSection,
     overrides: &Overrides,
 ) -> Result<Memcached, ConfigError> {
+    let from_flag = overrides.memcached.is_some();
     let servers: Vec<String> = overrides
         .memcached
         .clone()
@@ -52,6 +53,18 @@ pub(super) fn resolve(
         .map(|server| server.trim().to_owned())
         .filter(|server| !server.is_empty())
         .collect();
+    // Each must be host:port: a node written without its port would never
+    // answer, and under `allow` its share of the keys would go unlimited
+    // while the other nodes keep /readyz ready.
+    for (index, server) in servers.iter().enumerate() {
+        cluster::check_endpoint(server).map_err(|message| {
+            if from_flag {
+                ConfigError(format!("--memcached (or SLIDEGATE_MEMCACHED): {message}"))
+            } else {
+                origin.file_error(&format!("memcached.servers[{index}]"), message)
+            }
+        })?;
+    }
     let cluster = cluster::resolve(origin, file, overrides)?;
     if !cfg!(feature = "memcached") && (!servers.is_empty() || cluster.discovery.is_some()) {
         return Err(ConfigError(

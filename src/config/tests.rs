@@ -214,3 +214,38 @@ fn rlqs_needs_max_counters_to_hold_its_demand() {
     // Without RLQS, a low bound is the operator's to choose.
     assert!(resolve("[limits]\nmax_counters = 2\n", &Overrides::default()).is_ok());
 }
+
+/// A server written without its port (or not as host:port at all) is a
+/// start error naming it, not a node that never answers: with failure
+/// mode `allow`, its share of the keys would be admitted unlimited, while
+/// `/readyz` stays ready on the other nodes.
+#[test]
+fn memcached_servers_must_be_host_and_port() {
+    for (servers, bad) in [
+        (r#"["127.0.0.1"]"#, "memcached.servers[0]"),
+        (r#"["10.0.0.1:11211", "10.0.0.2"]"#, "memcached.servers[1]"),
+        (r#"["cache:0"]"#, "memcached.servers[0]"),
+        (r#"["cache:eleven"]"#, "memcached.servers[0]"),
+    ] {
+        let error = resolve(
+            &format!("[memcached]\nservers = {servers}\n"),
+            &Overrides::default(),
+        )
+        .err()
+        .unwrap_or_default();
+        assert!(error.contains(bad), "{servers}: {error}");
+    }
+    let flag = Overrides {
+        memcached: Some(vec!["127.0.0.1".to_owned()]),
+        ..Overrides::default()
+    };
+    let error = resolve("", &flag).err().unwrap_or_default();
+    assert!(error.contains("--memcached"), "{error}");
+    assert!(
+        resolve(
+            "[memcached]\nservers = [\"127.0.0.1:11211\", \"cache.internal:11211\", \"[::1]:11211\"]\n",
+            &Overrides::default()
+        )
+        .is_ok()
+    );
+}
