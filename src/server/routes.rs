@@ -202,7 +202,10 @@ async fn decide(app: &App, request: Request<Incoming>, operation: Operation) -> 
     let (limiter, policy) = (&app.limiter, &served.policy);
     if live.exemptions.exempts_key(policy.scope(), &key) {
         let decision = limiter.exempt(policy);
-        app.ops.decided(policy.scope(), &key, &decision);
+        // As for any key: the status page counts the decisions of checks.
+        if let Operation::Check = operation {
+            app.ops.decided(policy.scope(), &key, &decision);
+        }
         // No RateLimit headers: the limits do not apply to this key.
         return api::respond(StatusCode::OK, answer::decision_json(&decision), |_| {});
     }
