@@ -52,7 +52,7 @@ impl Deadline {
 
     /// `future`'s output, or the timeout error once this deadline passes:
     /// for a wait that is not a store call (a gathered check waiting for
-    /// its turn), so it is not recorded as one.
+    /// its turn), so no call is recorded; the caller counts the timeout.
     pub(super) async fn bound<F: Future>(self, future: F) -> Result<F::Output, StoreError> {
         tokio::time::timeout_at(self.at, future)
             .await
