@@ -31,25 +31,14 @@ const PROTOS: &[&str] = &[
 
 /// Start the binary with an `[rlqs]` file; return it and the RLQS address.
 fn start_slidegate(memcached: &str) -> (Slidegate, SocketAddr) {
-    let dir = Slidegate::dir("rlqs-grpcio");
     let rlqs = process::free_addr();
-    let config = dir.join("slidegate.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[rlqs]\nlisten = \"{rlqs}\"\n\n[[rlqs.buckets]]\ndomain = \"envoy\"\n\
-             match = {{ name = \"api\" }}\nlimit = {LIMIT}\nwindow = \"{WINDOW_S}s\"\nprecision = {WINDOW_S}\n"
-        ),
-    )
-    .unwrap();
-    let addr = process::free_addr();
-    let mut command = Slidegate::command();
-    command
-        .args(["--listen", &addr.to_string(), "--memcached", memcached])
-        .args(["--namespace", &common::unique_namespace()])
-        .arg("--config")
-        .arg(&config);
-    let service = Slidegate::start_in(dir, command, addr, &[rlqs]);
+    let config = format!(
+        "[rlqs]\nlisten = \"{rlqs}\"\n\n[[rlqs.buckets]]\ndomain = \"envoy\"\n\
+         match = {{ name = \"api\" }}\nlimit = {LIMIT}\nwindow = \"{WINDOW_S}s\"\nprecision = {WINDOW_S}\n"
+    );
+    let namespace = common::unique_namespace();
+    let flags = ["--memcached", memcached, "--namespace", &namespace];
+    let service = Slidegate::start_with_file("rlqs-grpcio", &config, &flags, &[rlqs]);
     (service, rlqs)
 }
 

@@ -69,6 +69,28 @@ impl Slidegate {
         Slidegate::start_in(Slidegate::dir(name), command, addr, &[])
     }
 
+    /// Start the binary on `config` (a TOML file written into a fresh
+    /// directory) with `flags`, its HTTP API on a free loopback port; ready
+    /// once that and every address of `also` accept connections.
+    pub fn start_with_file(
+        name: &str,
+        config: &str,
+        flags: &[&str],
+        also: &[SocketAddr],
+    ) -> Slidegate {
+        let dir = Slidegate::dir(name);
+        let file = dir.join("slidegate.toml");
+        std::fs::write(&file, config).expect("write the configuration");
+        let addr = process::free_addr();
+        let mut command = Slidegate::command();
+        command
+            .args(["--listen", &addr.to_string()])
+            .args(flags)
+            .arg("--config")
+            .arg(&file);
+        Slidegate::start_in(dir, command, addr, also)
+    }
+
     /// Start `command`, whose HTTP API will be on `addr` (its file or its
     /// flags say so), in `dir`; ready once `addr` and every address of
     /// `also` (an RLS listener, say) accept connections.

@@ -13,24 +13,12 @@ use crate::common::service::Slidegate;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_ends_the_binary_while_a_stream_keeps_reporting() {
-    let dir = Slidegate::dir("rlqs-shutdown");
     let rlqs = process::free_addr();
-    let config = dir.join("slidegate.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[rlqs]\nlisten = \"{rlqs}\"\n\n[[rlqs.buckets]]\ndomain = \"envoy\"\n\
-             match = {{ name = \"api\" }}\nlimit = 100\nwindow = \"10s\"\n"
-        ),
-    )
-    .unwrap();
-    let addr = process::free_addr();
-    let mut command = Slidegate::command();
-    command
-        .args(["--listen", &addr.to_string()])
-        .arg("--config")
-        .arg(&config);
-    let service = Slidegate::start_in(dir, command, addr, &[rlqs]);
+    let config = format!(
+        "[rlqs]\nlisten = \"{rlqs}\"\n\n[[rlqs.buckets]]\ndomain = \"envoy\"\n\
+         match = {{ name = \"api\" }}\nlimit = 100\nwindow = \"10s\"\n"
+    );
+    let service = Slidegate::start_with_file("rlqs-shutdown", &config, &[], &[rlqs]);
 
     let (reports, mut answers) = envoy::open(rlqs, None).await.unwrap();
     let reporting = tokio::spawn(async move {
