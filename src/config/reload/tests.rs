@@ -153,7 +153,10 @@ fn a_reloaded_watch_applies_only_with_the_file() {
     };
     let started = Config::load(&overrides).unwrap();
     let mut reloader = Reloader::new(overrides, started);
-    assert_eq!(reloader.watch(), Some(std::time::Duration::from_millis(100)));
+    assert_eq!(
+        reloader.watch(),
+        Some(std::time::Duration::from_millis(100))
+    );
 
     std::fs::write(&path, "[reload]\nwatch_ms = 0\n").unwrap();
     let reloaded = reloader.reload().unwrap();
