@@ -39,6 +39,7 @@ use demand::Demands;
 use metrics::RlqsMetrics;
 use rules::Settings;
 use service::RlqsService;
+use stream::BucketBudget;
 
 /// The code generated from `proto/` by `build.rs`. The client is there for
 /// tests and load drivers.
@@ -67,6 +68,8 @@ pub struct Rlqs {
     settings: ArcSwap<Settings>,
     demands: Demands,
     metrics: RlqsMetrics,
+    /// The buckets all streams keep, against one bound.
+    buckets: BucketBudget,
 }
 
 impl Rlqs {
@@ -75,6 +78,7 @@ impl Rlqs {
             settings: ArcSwap::from_pointee(Settings::new(config)),
             demands: Demands::default(),
             metrics: RlqsMetrics::default(),
+            buckets: BucketBudget::new(stream::MAX_BUCKETS),
         }
     }
 

@@ -99,7 +99,8 @@ impl RlqsService {
             let _ = outbound.send(Err(refused)).await;
             return;
         };
-        let mut stream = StreamState::new(NEXT_STREAM.fetch_add(1, Ordering::Relaxed));
+        let id = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
+        let mut stream = StreamState::new(id, self.rlqs.buckets.clone());
         let mut sweep = tokio::time::interval(SWEEP_EVERY);
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let quiet_timeout = self.app.guard.quiet_timeout();

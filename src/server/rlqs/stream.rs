@@ -3,6 +3,8 @@
 //! abandoned after `abandon_after`. Pure: the time comes in as an argument.
 
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tonic::Status;
 
@@ -11,6 +13,46 @@ use super::pb::envoy::service::rate_limit_quota::v3::BucketId;
 /// The most buckets one stream may keep: what a client can make a stream
 /// hold is bounded, as an HTTP body is.
 pub const MAX_BUCKETS_PER_STREAM: usize = 10_000;
+/// The most buckets all the streams of an instance keep together. Streams
+/// and bucket ids are bounded each, but their product is not a bound an
+/// operator can plan for; this is (a kept bucket weighs at most a few KB:
+/// 8 labels of bounded size, its counter key, its demand).
+pub const MAX_BUCKETS: usize = 100_000;
+
+/// The buckets every stream of an instance keeps, counted against one
+/// bound; each stream gives back its own when it forgets them or ends.
+#[derive(Clone, Debug)]
+pub struct BucketBudget {
+    held: Arc<AtomicUsize>,
+    most: usize,
+}
+
+impl BucketBudget {
+    pub fn new(most: usize) -> BucketBudget {
+        BucketBudget {
+            held: Arc::default(),
+            most,
+        }
+    }
+
+    /// Buckets kept now, over all streams.
+    #[cfg(test)]
+    fn held(&self) -> usize {
+        self.held.load(Ordering::Relaxed)
+    }
+
+    fn take(&self) -> bool {
+        self.held
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
+                (held < self.most).then_some(held + 1)
+            })
+            .is_ok()
+    }
+
+    fn give_back(&self, buckets: usize) {
+        self.held.fetch_sub(buckets, Ordering::Relaxed);
+    }
+}
 
 #[derive(Debug)]
 pub struct StreamState {
@@ -19,6 +61,13 @@ pub struct StreamState {
     domain: Option<String>,
     /// By counter key.
     buckets: HashMap<String, Tracked>,
+    budget: BucketBudget,
+}
+
+impl Drop for StreamState {
+    fn drop(&mut self) {
+        self.budget.give_back(self.buckets.len());
+    }
 }
 
 #[derive(Debug)]
@@ -28,11 +77,12 @@ struct Tracked {
 }
 
 impl StreamState {
-    pub fn new(id: u64) -> StreamState {
+    pub fn new(id: u64, budget: BucketBudget) -> StreamState {
         StreamState {
             id,
             domain: None,
             buckets: HashMap::new(),
+            budget,
         }
     }
 
@@ -74,6 +124,12 @@ impl StreamState {
                 "bucket_quota_usages: a stream may report at most {MAX_BUCKETS_PER_STREAM} buckets"
             )));
         }
+        if !self.budget.take() {
+            return Err(Status::resource_exhausted(format!(
+                "this instance keeps at most {} buckets over all its streams",
+                self.budget.most
+            )));
+        }
         let tracked = Tracked {
             bucket_id: bucket_id.clone(),
             last_report_ms: now_ms,
@@ -91,13 +147,15 @@ impl StreamState {
             .filter(|(_, tracked)| now_ms.saturating_sub(tracked.last_report_ms) >= after_ms)
             .map(|(key, _)| key.clone())
             .collect();
-        stale
+        let abandoned: Vec<(String, BucketId)> = stale
             .into_iter()
             .filter_map(|key| {
                 let tracked = self.buckets.remove(&key)?;
                 Some((key, tracked.bucket_id))
             })
-            .collect()
+            .collect();
+        self.budget.give_back(abandoned.len());
+        abandoned
     }
 
     /// Every bucket's counter key, for the stream's end.
@@ -118,7 +176,7 @@ mod tests {
 
     #[test]
     fn the_first_message_names_the_domain_and_later_ones_may_not_change_it() {
-        let mut stream = StreamState::new(1);
+        let mut stream = StreamState::new(1, BucketBudget::new(10));
         let error = stream.domain("").unwrap_err();
         assert!(error.message().starts_with("domain:"), "{error:?}");
         assert_eq!(stream.domain("envoy").unwrap(), "envoy");
@@ -129,7 +187,7 @@ mod tests {
 
     #[test]
     fn a_bucket_left_unreported_is_abandoned_once() {
-        let mut stream = StreamState::new(1);
+        let mut stream = StreamState::new(1, BucketBudget::new(10));
         assert_eq!(stream.reported("a", &id("a"), 1_000).unwrap(), None);
         assert_eq!(stream.reported("b", &id("b"), 1_000).unwrap(), None);
         assert_eq!(stream.reported("a", &id("a"), 3_500).unwrap(), Some(2_500));
@@ -140,5 +198,33 @@ mod tests {
         assert_eq!(stream.keys().collect::<Vec<_>>(), ["a"]);
         // Reported again, it is new again.
         assert_eq!(stream.reported("b", &id("b"), 62_000).unwrap(), None);
+    }
+
+    /// Every stream of an instance draws on one budget of buckets: past it
+    /// a new bucket is refused (the stream ends with RESOURCE_EXHAUSTED),
+    /// and what a stream gives up, abandoned or at its end, is free again.
+    #[test]
+    fn the_buckets_of_all_streams_are_bounded_together() {
+        let budget = BucketBudget::new(2);
+        let mut first = StreamState::new(1, budget.clone());
+        let mut second = StreamState::new(2, budget.clone());
+        assert_eq!(first.reported("a", &id("a"), 1_000).unwrap(), None);
+        assert_eq!(second.reported("b", &id("b"), 1_000).unwrap(), None);
+        // Reported again: no new bucket.
+        assert!(first.reported("a", &id("a"), 2_000).is_ok());
+        let refused = second.reported("c", &id("c"), 2_000).unwrap_err();
+        assert_eq!(
+            refused.code(),
+            tonic::Code::ResourceExhausted,
+            "{refused:?}"
+        );
+        assert_eq!(budget.held(), 2);
+        // Abandoned, a bucket frees its place.
+        assert_eq!(second.abandon(61_000, 60_000).len(), 1);
+        assert!(second.reported("c", &id("c"), 61_000).is_ok());
+        // A stream's end frees all of its own.
+        drop(first);
+        assert_eq!(budget.held(), 1);
+        assert!(second.reported("d", &id("d"), 61_000).is_ok());
     }
 }
