@@ -41,6 +41,8 @@ mod deadline;
 mod failure;
 // Rejected keys' counts kept in the near-cache.
 mod remembered;
+// Additions no caller has been told of, taken back if dropped.
+mod owed;
 // Removing a key's counters (`POST /v1/reset`).
 mod reset;
 // Keys that are never limited.

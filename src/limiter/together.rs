@@ -13,10 +13,9 @@
 //! check takes back its own.
 
 mod group;
-mod owed;
 
 use self::group::{Group, groups};
-use self::owed::Owed;
+use super::owed::Owed;
 use super::*;
 use crate::join::join_all;
 
@@ -186,11 +185,13 @@ impl<S: Store> Limiter<S> {
                 .iter()
                 .map(|group| async move {
                     let result = self.run_batch(deadline, &group.batch, local).await;
+                    let batch = &group.batch;
                     let owed = Owed {
                         limiter: self,
-                        batch: &group.batch,
+                        counters: &batch.adds,
+                        amount: if result.is_ok() { batch.amount } else { 0 },
+                        now_ms: batch.now_ms,
                         local,
-                        added: result.is_ok(),
                     };
                     (result, owed)
                 })

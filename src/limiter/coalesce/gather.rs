@@ -11,7 +11,9 @@ use tokio::sync::oneshot;
 
 use super::super::{CheckError, Decision};
 use super::Arrival;
+use crate::join::start_now;
 use crate::near_cache::NearKey;
+use crate::store::{Counters, Store};
 use crate::window::Counting;
 
 /// The most checks one exchange decides.
@@ -62,6 +64,20 @@ impl Drop for Counted {
         if let Some((take_back, cost)) = self.0.take() {
             take_back.take_back(cost);
         }
+    }
+}
+
+/// Takes a counted answer's cost back from the counters its batch added
+/// to (see [`Counted`]).
+pub(super) struct StoreTakeBack<S: Store> {
+    pub(super) store: S,
+    pub(super) counters: Counters,
+    pub(super) now_ms: u64,
+}
+
+impl<S: Store> TakeBack for StoreTakeBack<S> {
+    fn take_back(&self, cost: u64) {
+        start_now(self.store.subtract(&self.counters, cost, self.now_ms));
     }
 }
 

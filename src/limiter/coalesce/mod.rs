@@ -44,11 +44,9 @@
 //! | `mod.rs` | the leader: one exchange for a batch, its answers, its take-back |
 //! | `gather` | the keys in flight, the checks waiting, the lead passed on |
 //! | `order` | the pure decision of a batch in arrival order |
-//! | `owed` | what a batch's counted answers would take back if dropped unread |
 
 mod gather;
 mod order;
-mod owed;
 
 use std::sync::Arc;
 
@@ -56,12 +54,12 @@ use smallvec::SmallVec;
 use tokio::sync::oneshot;
 
 pub(in crate::limiter) use self::gather::{Coalescer, Lead};
-use self::gather::{Counted, Joined, Member, TakeBack, Turn};
+use self::gather::{Counted, Joined, Member, StoreTakeBack, TakeBack, Turn};
 use self::order::decide_in_order;
-use self::owed::{OwnCount, StoreTakeBack};
 use super::boundary::{self, Crossing};
 use super::counters;
 use super::deadline::Deadline;
+use super::owed::Owed;
 use super::{CheckError, Decision, Limiter, Source};
 use crate::near_cache::NearKey;
 use crate::policy::Policy;
@@ -289,15 +287,16 @@ impl<S: Store> Limiter<S> {
             // This check's own count stands only if its caller gets the
             // answer: dropped while the take-back below is awaited, it is
             // taken back too.
-            let own = OwnCount {
+            let own = Owed {
                 limiter: self,
                 counters: &batch.adds,
-                cost: if mine.counted && counting == Counting::IfAdmitted {
+                amount: if mine.counted && counting == Counting::IfAdmitted {
                     cost
                 } else {
                     0
                 },
                 now_ms,
+                local: false,
             };
             let after_rollback = if take_back > 0 {
                 self.roll_back(deadline, &batch.adds, take_back, now_ms)
@@ -305,7 +304,7 @@ impl<S: Store> Limiter<S> {
             } else {
                 None
             };
-            std::mem::forget(own);
+            own.claimed();
             if let Some(least) = refused_cost.filter(|_| counting != Counting::Always) {
                 let mut seen = counts;
                 for counts in &mut seen {
