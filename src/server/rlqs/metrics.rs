@@ -9,6 +9,8 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 
+use super::places::Places;
+
 /// The assignment strategies sent, as `strategy` labels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Strategy {
@@ -31,7 +33,7 @@ impl Strategy {
 
 #[derive(Debug, Default)]
 pub struct RlqsMetrics {
-    streams: AtomicU64,
+    streams: Places,
     reports: AtomicU64,
     assignments: [AtomicU64; 3],
     abandons: AtomicU64,
@@ -42,19 +44,14 @@ pub struct OpenStream<'a>(&'a RlqsMetrics);
 
 impl Drop for OpenStream<'_> {
     fn drop(&mut self) {
-        self.0.streams.fetch_sub(1, Ordering::Relaxed);
+        self.0.streams.give_back(1);
     }
 }
 
 impl RlqsMetrics {
     /// Count one more open stream, unless `most` are open already.
-    pub fn try_open(&self, most: u64) -> Option<OpenStream<'_>> {
-        self.streams
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |open| {
-                (open < most).then_some(open + 1)
-            })
-            .ok()
-            .map(|_| OpenStream(self))
+    pub fn try_open(&self, most: usize) -> Option<OpenStream<'_>> {
+        self.streams.take(most).then(|| OpenStream(self))
     }
 
     pub fn report(&self) {
@@ -77,7 +74,7 @@ impl RlqsMetrics {
             None,
             MetricType::Gauge,
         )?;
-        ConstGauge::new(load(&self.streams) as i64).encode(family)?;
+        ConstGauge::new(self.streams.held() as i64).encode(family)?;
         let family = encoder.encode_descriptor(
             "slidegate_rlqs_reports",
             "RLQS usage reports received (one message, any number of buckets).",

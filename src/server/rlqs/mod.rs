@@ -14,6 +14,7 @@
 //! | `report` | a usage report's buckets, checked, with errors that name the field |
 //! | `service` | the gRPC service: reports in, assignments and abandons out |
 //! | `metrics` | the RLQS counters |
+//! | `places` | places held against a bound: open streams, kept buckets |
 //!
 //! The listener (connection cap, quiet timeout, API tokens, codec) is the
 //! one every gRPC face shares: `server::grpc`.
@@ -22,6 +23,7 @@
 
 mod demand;
 mod metrics;
+mod places;
 mod report;
 mod rules;
 mod service;

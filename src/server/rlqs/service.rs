@@ -42,7 +42,7 @@ use crate::server::grpc::{authorize, authorize_value};
 /// The most RLQS streams an instance serves at once: each keeps what its
 /// client reports (at most `MAX_BUCKETS_PER_STREAM` bucket ids of bounded
 /// size), so their number is what bounds the memory they take.
-const MAX_STREAMS: u64 = 1_024;
+const MAX_STREAMS: usize = 1_024;
 /// The most buckets one report may carry.
 const MAX_USAGES_PER_REPORT: usize = 1_000;
 /// How often a stream looks for buckets to abandon when it hears nothing.

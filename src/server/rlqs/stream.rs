@@ -4,11 +4,11 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tonic::Status;
 
 use super::pb::envoy::service::rate_limit_quota::v3::BucketId;
+use super::places::Places;
 
 /// The most buckets one stream may keep: what a client can make a stream
 /// hold is bounded, as an HTTP body is.
@@ -23,7 +23,7 @@ pub const MAX_BUCKETS: usize = 100_000;
 /// bound; each stream gives back its own when it forgets them or ends.
 #[derive(Clone, Debug)]
 pub struct BucketBudget {
-    held: Arc<AtomicUsize>,
+    held: Arc<Places>,
     most: usize,
 }
 
@@ -38,19 +38,15 @@ impl BucketBudget {
     /// Buckets kept now, over all streams.
     #[cfg(test)]
     fn held(&self) -> usize {
-        self.held.load(Ordering::Relaxed)
+        self.held.held()
     }
 
     fn take(&self) -> bool {
-        self.held
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
-                (held < self.most).then_some(held + 1)
-            })
-            .is_ok()
+        self.held.take(self.most)
     }
 
     fn give_back(&self, buckets: usize) {
-        self.held.fetch_sub(buckets, Ordering::Relaxed);
+        self.held.give_back(buckets);
     }
 }
 
