@@ -59,9 +59,7 @@ pub(super) fn resolve(
     {
         let message = format!("{} is not a readable file", path.display());
         return Err(match &overrides.memcached_tls_ca {
-            Some(_) => ConfigError(format!(
-                "--memcached-tls-ca (or SLIDEGATE_MEMCACHED_TLS_CA): {message}"
-            )),
+            Some(_) => super::flag_error("memcached-tls-ca", message),
             None => origin.file_error("memcached.tls_ca_file", message),
         });
     }

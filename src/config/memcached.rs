@@ -59,7 +59,7 @@ pub(super) fn resolve(
     for (index, server) in servers.iter().enumerate() {
         cluster::check_endpoint(server).map_err(|message| {
             if from_flag {
-                ConfigError(format!("--memcached (or SLIDEGATE_MEMCACHED): {message}"))
+                super::flag_error("memcached", message)
             } else {
                 origin.file_error(&format!("memcached.servers[{index}]"), message)
             }

@@ -269,15 +269,20 @@ impl Origin {
         parse: impl Fn(&V) -> Result<T, String>,
     ) -> Result<Option<T>, ConfigError> {
         if let Some(value) = from_flag {
-            return parse(value).map(Some).map_err(|message| {
-                let twin = format!("SLIDEGATE_{}", flag.to_uppercase().replace('-', "_"));
-                ConfigError(format!("--{flag} (or {twin}): {message}"))
-            });
+            return parse(value)
+                .map(Some)
+                .map_err(|message| flag_error(flag, message));
         }
         from_file
             .map(|value| parse(value).map_err(|message| self.file_error(field, message)))
             .transpose()
     }
+}
+
+/// A bad value given by `--flag` or its `SLIDEGATE_*` twin, named so.
+fn flag_error(flag: &str, message: String) -> ConfigError {
+    let twin = format!("SLIDEGATE_{}", flag.to_uppercase().replace('-', "_"));
+    ConfigError(format!("--{flag} (or {twin}): {message}"))
 }
 
 fn parse_listen(text: &str) -> Result<SocketAddr, String> {
