@@ -290,3 +290,26 @@ async fn forwarded_for_from_an_untrusted_peer_is_ignored() {
     let forwarded = from_proxy(&[("x-forwarded-for", "198.51.100.7")]).await;
     assert_eq!(forwarded.status, 200, "{}", forwarded.body);
 }
+
+/// The ports the harness hands out for daemons to listen on lie below the
+/// kernel's ephemeral range and are never handed out twice by one test
+/// process. A port from the ephemeral range, free when asked for, could be
+/// taken as the source port of any client connection before the daemon
+/// bound it (Caddy, which listens on every address, then failed to start:
+/// "address already in use"), and two tests could be given the same one.
+#[test]
+fn harness_ports_are_outside_the_ephemeral_range_and_never_repeat() {
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .expect("the kernel's ephemeral port range");
+    let mut bounds = range.split_whitespace().map(|n| n.parse::<u16>().unwrap());
+    let (low, high) = (bounds.next().unwrap(), bounds.next().unwrap());
+    let mut seen = std::collections::HashSet::new();
+    for _ in 0..500 {
+        let port = process::free_addr().port();
+        assert!(
+            !(low..=high).contains(&port),
+            "port {port} is in the ephemeral range {low}-{high}"
+        );
+        assert!(seen.insert(port), "port {port} was handed out twice");
+    }
+}

@@ -17,7 +17,7 @@ pub mod tools;
 pub mod wait;
 
 use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -51,7 +51,7 @@ impl Memcached {
         // The port is free when asked for but may be taken before memcached
         // binds it: try a few.
         for _ in 0..5 {
-            let port = free_port();
+            let port = process::free_port();
             match spawn(binary, port, extra) {
                 Ok(child) => {
                     return Memcached {
@@ -236,13 +236,6 @@ pub fn today_ms() -> u64 {
         .unwrap()
         .as_millis() as u64;
     now - now % 86_400_000
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .map(|addr| addr.port())
-        .expect("a free loopback port")
 }
 
 fn spawn(binary: &Path, port: u16, extra: &[String]) -> Result<Child, String> {

@@ -106,11 +106,44 @@ impl Drop for Daemon {
     }
 }
 
-/// A loopback address whose port was free a moment ago.
+/// A loopback address for a daemon to listen on (see [`free_port`]).
 pub fn free_addr() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("a free loopback port")
+    SocketAddr::from(([127, 0, 0, 1], free_port()))
+}
+
+/// Where the ports handed out for daemons lie: below the kernel's
+/// ephemeral range (32768-60999 by default), which the source port of
+/// every client connection is taken from. A port the kernel picked for a
+/// bind to port 0 is from that range, so between the moment it was free
+/// and the moment a daemon bound it, any connection the tests opened could
+/// take it (Caddy, listening on every address, then failed to start).
+const DAEMON_PORTS: std::ops::Range<u16> = 20_000..32_000;
+
+/// A port free now, that no other test of this process was given and no
+/// client connection takes as its source: the next from [`DAEMON_PORTS`],
+/// starting at a place set by the process id (test binaries run one after
+/// another, so the place only spreads their ports), that binds on every
+/// address.
+pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let span = u32::from(DAEMON_PORTS.end - DAEMON_PORTS.start);
+    let _ = NEXT.compare_exchange(
+        u32::MAX,
+        std::process::id().wrapping_mul(7919) % span,
+        Ordering::Relaxed,
+        Ordering::Relaxed,
+    );
+    for _ in 0..span {
+        let offset = NEXT.fetch_add(1, Ordering::Relaxed) % span;
+        let port = DAEMON_PORTS.start + offset as u16;
+        // Bound on every address, the check fails if anything holds the
+        // port on any of them, a client connection included.
+        if std::net::TcpListener::bind(("0.0.0.0", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {DAEMON_PORTS:?}");
 }
 
 /// The path of `binary`, installing Debian's `package` with apt-get when it
