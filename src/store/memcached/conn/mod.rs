@@ -231,8 +231,11 @@ impl Node {
 
     /// Which slot's queue takes a request now (see [`health::pick`]).
     fn route(&self, delivery: Delivery) -> Result<usize, StoreError> {
-        let views = self.status.views();
         let start = self.next.fetch_add(1, Ordering::Relaxed);
+        if let Some(index) = self.status.ready_in_turn(start) {
+            return Ok(index);
+        }
+        let views = self.status.views();
         match health::pick(&views, start) {
             Pick::Use(index) => Ok(index),
             Pick::Activate(index) => {

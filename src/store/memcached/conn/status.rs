@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use smallvec::SmallVec;
 
-use super::health::{self, Bounds, Phase, View};
+use super::health::{self, Bounds, Phase, State, View};
 
 /// Why a connection slot dialled again: the `reason` label of
 /// `slidegate_store_redials_total`.
@@ -136,6 +136,24 @@ pub(super) struct NodeStatus {
 }
 
 impl NodeStatus {
+    /// The configured slot whose turn `start` is, if it is up and answering
+    /// within the call timeout: where [`health::pick`] sends a request
+    /// whenever every configured slot is ready and no extra is up, found by
+    /// reading that one slot instead of every slot's view. (Routing built
+    /// every view on every call: 390 of a check's 14,100 instructions at
+    /// 256 callers.) When it is not ready, the caller asks `pick`.
+    pub(super) fn ready_in_turn(&self, start: usize) -> Option<usize> {
+        let index = start.checked_rem(self.configured)?;
+        let slot = &self.slots[index];
+        if slot.phase() != Phase::Up {
+            return None;
+        }
+        // Nothing unanswered needs no clock to be ready.
+        let oldest = slot.oldest_unanswered();
+        let now = oldest.map_or(0, |_| self.clock.now_us());
+        (health::state(Phase::Up, oldest, now, self.bounds) == Some(State::Ready)).then_some(index)
+    }
+
     pub(super) fn views(&self) -> SmallVec<[View; 8]> {
         let now = self.clock.now_us();
         self.slots
@@ -158,4 +176,72 @@ pub struct ConnectionStates {
     pub ready: usize,
     pub overdue: usize,
     pub down: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::memcached::conn::health::Pick;
+
+    /// Two configured slots and two extras, each up or at rest as given,
+    /// with its oldest unanswered write this many microseconds old.
+    fn node(slots: [(Phase, Option<u64>); 4]) -> NodeStatus {
+        let clock = NodeClock(Instant::now() - std::time::Duration::from_secs(10));
+        let now = clock.now_us();
+        NodeStatus {
+            slots: slots
+                .iter()
+                .enumerate()
+                .map(|(index, &(phase, age_us))| {
+                    let slot = SlotStatus::new(index >= 2);
+                    slot.set_phase(phase);
+                    slot.set_oldest_unanswered(age_us.map(|age| now - age));
+                    Arc::new(slot)
+                })
+                .collect(),
+            configured: 2,
+            bounds: Bounds {
+                overdue_after_us: 1_000_000,
+                stall_after_us: 5_000_000,
+            },
+            clock,
+            redials: Arc::default(),
+        }
+    }
+
+    const ANSWERING: Option<u64> = Some(1_000);
+    const OVERDUE: Option<u64> = Some(2_000_000);
+
+    #[test]
+    fn the_slot_in_turn_is_the_one_pick_chooses_when_every_configured_one_is_ready() {
+        let node = node([
+            (Phase::Up, ANSWERING),
+            (Phase::Up, None),
+            (Phase::Idle, None),
+            (Phase::Idle, None),
+        ]);
+        for start in 0..8 {
+            let views = node.views();
+            assert_eq!(
+                node.ready_in_turn(start).map(Pick::Use),
+                Some(health::pick(&views, start)),
+                "start {start}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_slot_in_turn_that_is_overdue_or_not_up_leaves_the_choice_to_pick() {
+        let node = node([
+            (Phase::Up, OVERDUE),
+            (Phase::Dialling, None),
+            (Phase::Up, ANSWERING),
+            (Phase::Idle, None),
+        ]);
+        assert_eq!(node.ready_in_turn(0), None, "overdue");
+        assert_eq!(node.ready_in_turn(1), None, "being dialled");
+        // An extra is never taken in turn: it is there while the
+        // configured ones are overdue, and pick finds it.
+        assert_eq!(health::pick(&node.views(), 0), Pick::Use(2));
+    }
 }
