@@ -8,12 +8,12 @@ use std::sync::OnceLock;
 
 use crate::config::{Config, Overrides};
 use crate::policy::{Limit, Policy, Window, parse_duration_ms};
-use crate::server::api::{NamedPolicies, Served, parse_call};
+use crate::server::api::{NamedPolicies, Served, flat_reading_agrees, parse_call};
 use crate::store::memcached::wire;
 use crate::store::{CounterKey, KeyDigest};
 
 /// The body of check, peek and report: accepted, or refused with a
-/// message that names a field.
+/// message that names a field; read flat only as serde would read it.
 pub fn request_body(body: &[u8]) {
     static POLICIES: OnceLock<NamedPolicies> = OnceLock::new();
     let policies = POLICIES.get_or_init(|| {
@@ -23,6 +23,10 @@ pub fn request_body(body: &[u8]) {
             .into_iter()
             .collect()
     });
+    assert!(
+        flat_reading_agrees(body),
+        "read flat otherwise than serde reads it"
+    );
     match parse_call(body, policies) {
         Ok(call) => assert!(call.cost == 1 || body.windows(4).any(|w| w == b"cost")),
         Err(message) => assert!(message.contains(": "), "{message}"),

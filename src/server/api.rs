@@ -10,6 +10,7 @@ use hyper::header::{CONTENT_TYPE, HeaderValue};
 use hyper::{HeaderMap, Response, StatusCode};
 use serde::Deserialize;
 
+use super::flat_call;
 use crate::headers::PolicyHeaders;
 use crate::policy::{LimitSpec, MAX_LIMITS, Policy};
 
@@ -74,10 +75,7 @@ pub(crate) fn parse_call<'a>(
         Some(b'{') => {}
         Some(_) => return Err("body: must be a JSON object".to_owned()),
     }
-    // The plain parse is the fast path; tracking the path of the field at
-    // fault costs on every call, so it runs only to explain a failure.
-    // (`from_slice` also refuses anything after the object.)
-    let call: CallBody = serde_json::from_slice(body).map_err(|error| explain(body, error))?;
+    let call = fields(body)?;
     let key = call.key.ok_or_else(|| "key: is required".to_owned())?.0;
     let cost = call.cost.unwrap_or(1);
     let served = match (call.policy, call.limits) {
@@ -89,6 +87,41 @@ pub(crate) fn parse_call<'a>(
         (None, Some(specs)) => Cow::Owned(Served::new(inline_policy(&specs)?)),
     };
     Ok(Call { key, served, cost })
+}
+
+/// The fields of a call body: read flat when it has the common shape
+/// (see `flat_call`), else by serde.
+fn fields(body: &[u8]) -> Result<CallBody<'_>, String> {
+    if let Some(flat) = flat_call::read(body) {
+        return Ok(CallBody {
+            key: flat.key.map(|key| Text(Cow::Borrowed(key))),
+            policy: flat.policy.map(|name| Text(Cow::Borrowed(name))),
+            cost: flat.cost,
+            limits: None,
+        });
+    }
+    // The plain parse is the fast path; tracking the path of the field at
+    // fault costs on every call, so it runs only to explain a failure.
+    // (`from_slice` also refuses anything after the object.)
+    serde_json::from_slice(body).map_err(|error| explain(body, error))
+}
+
+/// Whether the flat reading of `body`, when there is one, is what serde
+/// reads: the tests and the request-body fuzz target hold it to this.
+pub(crate) fn flat_reading_agrees(body: &[u8]) -> bool {
+    let Some(flat) = flat_call::read(body) else {
+        return true;
+    };
+    let text = |field: &Option<Text>| field.as_ref().map(|text| text.0.to_string());
+    match serde_json::from_slice::<CallBody>(body) {
+        Ok(call) => {
+            call.limits.is_none()
+                && call.cost == flat.cost
+                && text(&call.key).as_deref() == flat.key
+                && text(&call.policy).as_deref() == flat.policy
+        }
+        Err(_) => false,
+    }
 }
 
 /// The 400 message for a body the plain parse refused, naming the field.

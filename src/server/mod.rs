@@ -5,6 +5,7 @@
 pub(crate) mod answer;
 pub(crate) mod api;
 mod body;
+mod flat_call;
 mod forward_auth;
 #[cfg(feature = "grpc")]
 mod grpc;
