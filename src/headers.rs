@@ -102,8 +102,42 @@ pub(crate) fn rate_limit_headers(
     if !decision.allowed
         && let Some(wait) = decision.retry_after_ms
     {
-        headers.insert(RETRY_AFTER, HeaderValue::from(seconds_rounded_up(wait)));
+        headers.insert(RETRY_AFTER, number_value(seconds_rounded_up(wait)));
     }
+}
+
+/// Every number below 1,000 in three digits, `000` to `999`, one after
+/// the other.
+const THREE_DIGITS: &str = {
+    const TABLE: [u8; 3000] = {
+        let mut table = [0; 3000];
+        let mut n = 0;
+        while n < 1000 {
+            table[3 * n] = b'0' + (n / 100) as u8;
+            table[3 * n + 1] = b'0' + (n / 10 % 10) as u8;
+            table[3 * n + 2] = b'0' + (n % 10) as u8;
+            n += 1;
+        }
+        table
+    };
+    match std::str::from_utf8(&TABLE) {
+        Ok(digits) => digits,
+        Err(_) => panic!("digits are ASCII"),
+    }
+};
+
+/// `n` as a header value. Below 1,000 (a `Retry-After` of under 17
+/// minutes, nearly every one) it is a slice of [`THREE_DIGITS`]: http's
+/// own conversion allocates, and frees when the answer is sent.
+fn number_value(n: u64) -> HeaderValue {
+    let start = match n {
+        0..10 => 2,
+        10..100 => 1,
+        100..1000 => 0,
+        _ => return HeaderValue::from(n),
+    };
+    let at = 3 * n as usize;
+    HeaderValue::from_static(&THREE_DIGITS[at + start..at + 3])
 }
 
 const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
@@ -230,6 +264,17 @@ mod tests {
         refused.shadow = true;
         refused.allowed = true;
         assert_eq!(headers_of(&policy, &refused), []);
+    }
+
+    #[test]
+    fn numbers_are_written_as_http_writes_them() {
+        let edges = (0..=19).flat_map(|power| {
+            let at = 10u64.pow(power);
+            [at - 1, at, at + 1]
+        });
+        for n in (0..2_000).chain(edges).chain([u64::MAX - 1, u64::MAX]) {
+            assert_eq!(number_value(n), HeaderValue::from(n), "{n}");
+        }
     }
 
     #[test]
