@@ -5,8 +5,8 @@ use std::task::Poll;
 use std::time::Duration;
 
 use http_body_util::BodyExt;
-use hyper::body::{Bytes, Incoming};
-use hyper::header::{CONTENT_LENGTH, EXPECT};
+use hyper::body::{Body as _, Bytes, Incoming};
+use hyper::header::EXPECT;
 use hyper::{Request, Response, StatusCode};
 
 use super::api::{self, Body};
@@ -28,21 +28,20 @@ pub(super) async fn read_body(request: Request<Incoming>) -> Result<Bytes, Respo
             format!("body: larger than {MAX_BODY_BYTES} bytes"),
         )
     };
-    let declared = request
-        .headers()
-        .get(CONTENT_LENGTH)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.parse::<u64>().ok());
-    // A client that waits for `100 Continue` has sent nothing to drain,
-    // and reading would invite it to send.
-    let waits_to_send = request.headers().contains_key(EXPECT);
-    let mut body = request.into_body();
+    // The Content-Length hyper parsed and decodes the body by (none for a
+    // chunked body): no second look-up and parse of the header.
+    let declared = request.body().size_hint().exact();
     if declared.is_some_and(|length| length > MAX_BODY_BYTES as u64) {
+        // A client that waits for `100 Continue` has sent nothing to
+        // drain, and reading would invite it to send.
+        let waits_to_send = request.headers().contains_key(EXPECT);
+        let body = request.into_body();
         if !waits_to_send {
             drain_in_background(body);
         }
         return Err(too_large());
     }
+    let mut body = request.into_body();
     let read = {
         let reading = whole(&mut body);
         let mut reading = std::pin::pin!(reading);
