@@ -169,8 +169,14 @@ impl Guard {
         if !needs_token {
             return None;
         }
-        let authorization = request.headers().get(AUTHORIZATION);
-        let message = self.token_refusal(authorization.map(HeaderValue::as_bytes))?;
+        // The header is looked up only when tokens are set.
+        let authorization = || {
+            request
+                .headers()
+                .get(AUTHORIZATION)
+                .map(HeaderValue::as_bytes)
+        };
+        let message = self.token_refusal_of(authorization)?;
         let mut response = api::error(StatusCode::UNAUTHORIZED, message);
         response.headers_mut().insert(
             WWW_AUTHENTICATE,
@@ -183,13 +189,22 @@ impl Guard {
     /// value (an HTTP header or gRPC metadata): `None` when no tokens are
     /// set or it carries a valid one. A refusal is counted.
     pub(crate) fn token_refusal(&self, authorization: Option<&[u8]>) -> Option<&'static str> {
+        self.token_refusal_of(|| authorization)
+    }
+
+    /// [`token_refusal`](Self::token_refusal), reading `authorization`
+    /// only when tokens are set.
+    fn token_refusal_of<'a>(
+        &self,
+        authorization: impl FnOnce() -> Option<&'a [u8]>,
+    ) -> Option<&'static str> {
         // Borrowed, not counted: every call reads the tokens.
         let live = self.tokens.load();
         let tokens = &live.api_tokens;
         if !tokens.guard_on() {
             return None;
         }
-        let presented = authorization.and_then(bearer_token);
+        let presented = authorization().and_then(bearer_token);
         if presented.is_some_and(|token| tokens.accepts(token)) {
             return None;
         }
