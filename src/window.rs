@@ -242,18 +242,20 @@ pub fn decide<C: AsRef<[u64]>>(
             *current = current.saturating_add(cost);
         }
         let estimate = estimate(limit.window(), &after, now_ms);
-        if !allowed {
+        let this_limit = (!allowed).then(|| retry_after_ms(*limit, &after, now_ms, cost));
+        if let Some(this_limit) = this_limit {
             // Estimates only decay, so once a limit admits it keeps
             // admitting: the request waits for the slowest limit.
-            let this_limit = retry_after_ms(*limit, &after, now_ms, cost);
             wait = wait.zip(this_limit).map(|(a, b)| a.max(b));
         }
         let remaining = estimate.remaining(limit.limit());
-        let next_unit_ms = if remaining > 0 {
-            0
-        } else {
+        let next_unit_ms = match this_limit {
+            _ if remaining > 0 => 0,
+            // A refused request of one unit waits for the same instant:
+            // not solved twice on every hot reject.
+            Some(one_unit) if cost == 1 => one_unit.unwrap_or(0),
             // A limit is at least 1, so one unit always fits eventually.
-            retry_after_ms(*limit, &after, now_ms, 1).unwrap_or(0)
+            _ => retry_after_ms(*limit, &after, now_ms, 1).unwrap_or(0),
         };
         states.push(LimitState {
             limit: *limit,

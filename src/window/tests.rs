@@ -165,3 +165,47 @@ fn slide_drops_old_counters_and_zeroes_new_ones() {
     );
     assert_eq!(slide(&[1, 2, 3], 10, 9), None);
 }
+
+/// `next_unit_ms` is how long one unit waits, however the decision got it
+/// (a refused request of one unit shares its solve with `retry_after_ms`).
+#[test]
+fn next_unit_is_the_wait_of_one_unit() {
+    let limits = [
+        Limit::new(1, MINUTE, 1).unwrap(),
+        Limit::new(10, 1_000, 1).unwrap(),
+        Limit::new(100, 10_000, 5).unwrap(),
+    ];
+    for limit in limits {
+        let buckets = limit.window().precision() as usize + 1;
+        for counts in [0u64, 1, 3, 9, 10, 11, 60, 100, 250] {
+            for now in [0u64, 1, 250, 999, 1_999, 7 * MINUTE + 45_000] {
+                for cost in [1u64, 2, 5, 200] {
+                    let mut counts = vec![counts / 2; buckets];
+                    counts[buckets - 1] = counts[0] * 2;
+                    let verdict = decide(&[limit], &[&counts[..]], now, cost, Counting::IfAdmitted);
+                    let mut after = counts.clone();
+                    if verdict.counted {
+                        after[buckets - 1] += cost;
+                    }
+                    let state = &verdict.limits[0];
+                    let expected = if state.remaining > 0 {
+                        0
+                    } else {
+                        retry_after_ms(limit, &after, now, 1).unwrap()
+                    };
+                    assert_eq!(
+                        state.next_unit_ms, expected,
+                        "{counts:?} at {now}, cost {cost}"
+                    );
+                    if !verdict.allowed {
+                        assert_eq!(
+                            verdict.retry_after_ms,
+                            retry_after_ms(limit, &after, now, cost),
+                            "{counts:?} at {now}, cost {cost}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
