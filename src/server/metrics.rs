@@ -2,6 +2,8 @@
 //! families, the HTTP answers, the reloads and (with RLS) the RLS counters,
 //! encoded as OpenMetrics text, which Prometheus negotiates and parses.
 
+use std::sync::OnceLock;
+
 use hyper::body::Bytes;
 use hyper::header::{CONTENT_TYPE, HeaderValue};
 use hyper::{Response, StatusCode};
@@ -38,6 +40,13 @@ struct ReloadLabels {
 pub(crate) struct ServerMetrics {
     registry: Registry,
     answers: Family<StatusLabels, Counter>,
+    /// The series of 200 and 429, nearly every answer's, taken from
+    /// `answers` on the first such answer and counted directly after:
+    /// the family's `get_or_create` takes its read lock (a count both
+    /// cores write) and hashes the label on every answer. Taken on first
+    /// use, not made up front, so that /metrics lists a status only once
+    /// it was answered, as it always did.
+    usual_answers: [OnceLock<Counter>; 2],
     reloads: [Counter; 2],
     restart_pending: Gauge,
 }
@@ -69,6 +78,7 @@ impl ServerMetrics {
         ServerMetrics {
             registry,
             answers,
+            usual_answers: Default::default(),
             reloads,
             restart_pending,
         }
@@ -82,11 +92,20 @@ impl ServerMetrics {
     }
 
     pub fn answered(&self, status: StatusCode) {
-        // A u16 label: looking the series up allocates nothing.
-        self.answers
-            .get_or_create(&StatusLabels {
-                status: status.as_u16(),
-            })
+        let labels = || StatusLabels {
+            status: status.as_u16(),
+        };
+        let usual = match status {
+            StatusCode::OK => &self.usual_answers[0],
+            StatusCode::TOO_MANY_REQUESTS => &self.usual_answers[1],
+            // A u16 label: looking the series up allocates nothing.
+            _ => {
+                self.answers.get_or_create(&labels()).inc();
+                return;
+            }
+        };
+        usual
+            .get_or_init(|| self.answers.get_or_create_owned(&labels()))
             .inc();
     }
 
@@ -257,5 +276,40 @@ impl prometheus_client::collector::Collector for TopologyCollector {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The answers' series as /metrics lists them.
+    fn answers_listed(metrics: &ServerMetrics) -> Vec<String> {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &metrics.registry).unwrap();
+        text.lines()
+            .filter(|line| line.starts_with("slidegate_http_responses_total"))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    #[test]
+    fn a_status_is_listed_once_answered_and_counted_whichever_way() {
+        let metrics = ServerMetrics::new(&Metrics::default());
+        assert_eq!(answers_listed(&metrics), Vec::<String>::new());
+        for status in [200, 429, 200, 404, 429, 200, 503] {
+            metrics.answered(StatusCode::from_u16(status).unwrap());
+        }
+        let mut listed = answers_listed(&metrics);
+        listed.sort();
+        assert_eq!(
+            listed,
+            [
+                r#"slidegate_http_responses_total{status="200"} 3"#,
+                r#"slidegate_http_responses_total{status="404"} 1"#,
+                r#"slidegate_http_responses_total{status="429"} 2"#,
+                r#"slidegate_http_responses_total{status="503"} 1"#,
+            ]
+        );
     }
 }
