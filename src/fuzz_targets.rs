@@ -27,7 +27,7 @@ pub fn request_body(body: &[u8]) {
         flat_reading_agrees(body),
         "read flat otherwise than serde reads it"
     );
-    match parse_call(body, policies) {
+    match parse_call(body, policies, crate::policy::DEFAULT_MAX_COUNTERS) {
         Ok(call) => assert!(call.cost == 1 || body.windows(4).any(|w| w == b"cost")),
         Err(message) => assert!(message.contains(": "), "{message}"),
     }

@@ -99,6 +99,38 @@ fn a_configured_policy_past_max_counters_is_a_config_error_naming_it() {
     }
 }
 
+/// A reload that lowers `limits.max_counters` holds each request to the
+/// bound of the configuration it was served under. One that read a wide
+/// named policy just before the reload is decided (before, the limiter held
+/// it to the new bound and it was a 400), while inline limits past the new
+/// bound, parsed after it, are refused naming it.
+#[tokio::test]
+async fn a_lowered_max_counters_holds_each_request_to_its_own_configuration() {
+    let wide = resolve(
+        "[limits]\nmax_counters = 128\n[policies.wide]\n\
+         limits = [{ limit = 5, window = \"100s\", precision = 100 }]\n",
+    )
+    .expect("a valid configuration");
+    let app = Arc::new(App::from_config(&wide).await.expect("the app"));
+    // What a request of the first configuration holds: its policy, 101
+    // counters, read before the reload.
+    let read_before = wide.policies["wide"].clone();
+    let narrow = resolve("[limits]\nmax_counters = 16\n").expect("a valid configuration");
+    app.apply_config(&narrow);
+    let decision = app.limiter().check("k", &read_before, 1).await;
+    assert!(decision.is_ok(), "{decision:?}");
+
+    let served = in_process::serve(server::serve, app).await;
+    let body = json!({"key": "k", "limits": [{"limit": 5, "window": "100s", "precision": 100}]});
+    let response = http::post(served.addr, "/v1/check", &body.to_string()).await;
+    assert_eq!(response.status, 400, "{}", response.body);
+    let error = response.error();
+    assert!(
+        error.starts_with("limits: ") && error.contains("limits.max_counters = 16"),
+        "{error}"
+    );
+}
+
 /// `memory.capacity` bounds the counters of failure mode `local` too: with
 /// Memcached down, a flood of distinct keys decided on this process's
 /// counters holds at most that many.

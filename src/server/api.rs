@@ -63,10 +63,13 @@ pub(crate) struct Call<'a> {
     pub cost: u64,
 }
 
-/// Parse and validate a body; the error is the 400 message, naming the field.
+/// Parse and validate a body; the error is the 400 message, naming the
+/// field. Inline limits are held to `max_counters`, the bound of the
+/// configuration `policies` came from.
 pub(crate) fn parse_call<'a>(
     body: &'a [u8],
     policies: &'a NamedPolicies,
+    max_counters: usize,
 ) -> Result<Call<'a>, String> {
     // serde would also read a struct from an array, by position: refuse
     // anything but an object before it gets the chance.
@@ -84,7 +87,7 @@ pub(crate) fn parse_call<'a>(
         }
         (None, None) => return Err("policy: is required (or inline limits)".to_owned()),
         (Some(name), None) => Cow::Borrowed(named_policy(&name.0, policies)?),
-        (None, Some(specs)) => Cow::Owned(Served::new(inline_policy(&specs)?)),
+        (None, Some(specs)) => Cow::Owned(Served::new(inline_policy(&specs, max_counters)?)),
     };
     Ok(Call { key, served, cost })
 }
@@ -158,7 +161,7 @@ pub(crate) fn named_policy<'a>(
     })
 }
 
-fn inline_policy(specs: &[LimitSpec]) -> Result<Policy, String> {
+fn inline_policy(specs: &[LimitSpec], max_counters: usize) -> Result<Policy, String> {
     if specs.is_empty() {
         return Err("limits: must not be empty".to_owned());
     }
@@ -176,7 +179,11 @@ fn inline_policy(specs: &[LimitSpec]) -> Result<Policy, String> {
                 .map_err(|error| format!("limits[{index}].{}: {}", error.field, error.message))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    Policy::inline(limits).map_err(|error| format!("limits: {error}"))
+    let policy = Policy::inline(limits).map_err(|error| format!("limits: {error}"))?;
+    policy
+        .within(max_counters)
+        .map_err(|error| format!("limits: {error}"))?;
+    Ok(policy)
 }
 
 /// A JSON answer (an empty body has no content type: there is no JSON in
@@ -208,7 +215,7 @@ pub(crate) fn error(status: StatusCode, message: impl Into<String>) -> Response<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::Limit;
+    use crate::policy::{DEFAULT_MAX_COUNTERS, Limit};
 
     fn policies() -> NamedPolicies {
         let api = Policy::new("api", vec![Limit::new(10, 1_000, 1).unwrap()]).unwrap();
@@ -216,7 +223,7 @@ mod tests {
     }
 
     fn error_of(body: &str) -> String {
-        match parse_call(body.as_bytes(), &policies()) {
+        match parse_call(body.as_bytes(), &policies(), DEFAULT_MAX_COUNTERS) {
             Ok(_) => panic!("{body} was accepted"),
             Err(message) => message,
         }
@@ -228,6 +235,7 @@ mod tests {
         let call = parse_call(
             br#"{"key": "client-42", "policy": "api", "cost": 2}"#,
             &policies,
+            DEFAULT_MAX_COUNTERS,
         )
         .unwrap();
         assert_eq!(
@@ -237,6 +245,7 @@ mod tests {
         let call = parse_call(
             br#"{"key": "k", "limits": [{"limit": 10, "window": "1s"}, {"limit": 3000, "window_ms": 600000, "precision": 10}]}"#,
             &policies,
+            DEFAULT_MAX_COUNTERS,
         )
         .unwrap();
         assert_eq!(

@@ -80,6 +80,9 @@ pub struct App {
 /// The settings that change without a restart.
 pub(crate) struct Live {
     pub policies: api::NamedPolicies,
+    /// `limits.max_counters` of the configuration these policies came
+    /// from: what inline limits parsed under them are held to.
+    pub max_counters: usize,
     pub auth: AuthConfig,
     /// Keys and forward-auth clients never limited.
     pub exemptions: Exemptions,
@@ -109,7 +112,14 @@ impl App {
                 .register_collector(Box::new(rlqs::RlqsCollector(rlqs.clone())));
             rlqs
         };
-        let live = Self::live_of(&limiter, policies, auth, Exemptions::default());
+        let max_counters = limiter.max_counters();
+        let live = Self::live_of(
+            &limiter,
+            policies,
+            max_counters,
+            auth,
+            Exemptions::default(),
+        );
         App {
             limiter,
             live: ArcSwap::from_pointee(live),
@@ -131,6 +141,7 @@ impl App {
     fn live_of(
         limiter: &Limiter<AnyStore>,
         policies: impl IntoIterator<Item = Policy>,
+        max_counters: usize,
         auth: AuthConfig,
         exemptions: Exemptions,
     ) -> Live {
@@ -143,6 +154,7 @@ impl App {
             .collect();
         Live {
             policies,
+            max_counters,
             auth,
             exemptions,
         }
@@ -158,8 +170,14 @@ impl App {
     /// decided finish under the old ones; counters are kept, since a
     /// policy's counters are identified by its name, not its limits.
     pub fn apply(&self, policies: impl IntoIterator<Item = Policy>, auth: AuthConfig) {
-        let exemptions = self.live().exemptions.clone();
-        self.swap_live(Self::live_of(&self.limiter, policies, auth, exemptions));
+        let live = self.live();
+        self.swap_live(Self::live_of(
+            &self.limiter,
+            policies,
+            live.max_counters,
+            auth,
+            live.exemptions.clone(),
+        ));
     }
 
     /// Put in force everything of a reloaded configuration that applies
@@ -189,11 +207,21 @@ impl App {
     /// [`apply`](Self::apply) what a configuration says, its exemptions
     /// included, as one swap: a request sees all of it or none.
     pub fn apply_config(&self, config: &Config) {
-        // The bound first: the new policies were checked against it.
-        self.limiter.set_max_counters(config.max_counters);
+        // The limiter's own bound only rises: it is the highest any
+        // configuration was served under, so a request decided across this
+        // swap under the old policies is held to the bound they were
+        // checked against, not refused by a lower one. Each request is held
+        // to its own configuration's bound where its policy comes from:
+        // configured policies, RLS and RLQS rules when they are loaded,
+        // inline limits when they are parsed (`Live::max_counters`). Raised
+        // first: the new policies were checked against it.
+        if config.max_counters > self.limiter.max_counters() {
+            self.limiter.set_max_counters(config.max_counters);
+        }
         self.swap_live(Self::live_of(
             &self.limiter,
             config.policies.values().cloned(),
+            config.max_counters,
             config.auth.clone(),
             config.exemptions.clone(),
         ));
@@ -206,6 +234,7 @@ impl App {
         self.swap_live(Self::live_of(
             &self.limiter,
             policies,
+            live.max_counters,
             live.auth.clone(),
             exemptions,
         ));

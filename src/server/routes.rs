@@ -195,7 +195,8 @@ async fn decide(app: &App, request: Request<Incoming>, operation: Operation) -> 
         Err(response) => return response,
     };
     let live = app.live();
-    let Call { key, served, cost } = match api::parse_call(&body, &live.policies) {
+    let Call { key, served, cost } = match api::parse_call(&body, &live.policies, live.max_counters)
+    {
         Ok(call) => call,
         Err(message) => return api::error(StatusCode::BAD_REQUEST, message),
     };

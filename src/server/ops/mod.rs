@@ -92,7 +92,7 @@ pub(super) async fn reset(app: &App, request: Request<Incoming>) -> Response<Bod
         Err(response) => return response,
     };
     let live = app.live();
-    let Call { key, served, .. } = match api::parse_call(&body, &live.policies) {
+    let Call { key, served, .. } = match api::parse_call(&body, &live.policies, live.max_counters) {
         Ok(call) => call,
         Err(message) => return api::error(StatusCode::BAD_REQUEST, message),
     };
