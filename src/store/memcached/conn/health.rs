@@ -103,6 +103,14 @@ pub struct View {
     pub extra: bool,
 }
 
+impl View {
+    /// Up and answering within the call timeout: a slot that takes
+    /// requests in turn.
+    pub fn ready(&self) -> bool {
+        self.phase == Phase::Up && self.state == Some(State::Ready)
+    }
+}
+
 /// Where the next request goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Pick {
@@ -122,8 +130,7 @@ pub fn pick(views: &[View], start: usize) -> Pick {
     if views.is_empty() {
         return Pick::Exhausted;
     }
-    let ready = |view: &View| view.phase == Phase::Up && view.state == Some(State::Ready);
-    if let Some(index) = in_turn(views, start, ready) {
+    if let Some(index) = in_turn(views, start, View::ready) {
         return Pick::Use(index);
     }
     // An extra being dialled was wanted because everything else is
@@ -177,9 +184,7 @@ pub fn extra_may_close(views: &[View], me: usize, configured: usize) -> bool {
     let ready_others = views
         .iter()
         .enumerate()
-        .filter(|&(index, view)| {
-            index != me && view.phase == Phase::Up && view.state == Some(State::Ready)
-        })
+        .filter(|&(index, view)| index != me && view.ready())
         .count();
     ready_others >= configured
 }

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use smallvec::SmallVec;
 
-use super::health::{self, Bounds, Phase, State, View};
+use super::health::{self, Bounds, Phase, View};
 
 /// Why a connection slot dialled again: the `reason` label of
 /// `slidegate_store_redials_total`.
@@ -145,28 +145,24 @@ impl NodeStatus {
     pub(super) fn ready_in_turn(&self, start: usize) -> Option<usize> {
         let index = start.checked_rem(self.configured)?;
         let slot = &self.slots[index];
-        if slot.phase() != Phase::Up {
-            return None;
-        }
         // Nothing unanswered needs no clock to be ready.
-        let oldest = slot.oldest_unanswered();
-        let now = oldest.map_or(0, |_| self.clock.now_us());
-        (health::state(Phase::Up, oldest, now, self.bounds) == Some(State::Ready)).then_some(index)
+        let now = slot.oldest_unanswered().map_or(0, |_| self.clock.now_us());
+        self.view(slot, now).ready().then_some(index)
     }
 
     pub(super) fn views(&self) -> SmallVec<[View; 8]> {
         let now = self.clock.now_us();
-        self.slots
-            .iter()
-            .map(|slot| {
-                let phase = slot.phase();
-                View {
-                    phase,
-                    state: health::state(phase, slot.oldest_unanswered(), now, self.bounds),
-                    extra: slot.extra,
-                }
-            })
-            .collect()
+        self.slots.iter().map(|slot| self.view(slot, now)).collect()
+    }
+
+    /// How the routing policy sees `slot` at `now` (the node's microseconds).
+    fn view(&self, slot: &SlotStatus, now: u64) -> View {
+        let phase = slot.phase();
+        View {
+            phase,
+            state: health::state(phase, slot.oldest_unanswered(), now, self.bounds),
+            extra: slot.extra,
+        }
     }
 }
 
