@@ -111,6 +111,7 @@ fn fields(body: &[u8]) -> Result<CallBody<'_>, String> {
 
 /// Whether the flat reading of `body`, when there is one, is what serde
 /// reads: the tests and the request-body fuzz target hold it to this.
+#[cfg(any(test, feature = "memcached"))]
 pub(crate) fn flat_reading_agrees(body: &[u8]) -> bool {
     let Some(flat) = flat_call::read(body) else {
         return true;

@@ -187,7 +187,9 @@ impl Guard {
 
     /// Why a call that needs a token is refused, given its `authorization`
     /// value (an HTTP header or gRPC metadata): `None` when no tokens are
-    /// set or it carries a valid one. A refusal is counted.
+    /// set or it carries a valid one. A refusal is counted. (The HTTP face
+    /// reads its header only when needed, through `token_refusal_of`.)
+    #[cfg(any(test, feature = "grpc"))]
     pub(crate) fn token_refusal(&self, authorization: Option<&[u8]>) -> Option<&'static str> {
         self.token_refusal_of(|| authorization)
     }
