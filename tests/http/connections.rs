@@ -11,7 +11,8 @@ use crate::common::http;
 use crate::common::wait::{PATIENCE, wait_for};
 
 /// A connection that sends no request for 10 s is closed, so idle
-/// connections cannot hold places under the cap; not before.
+/// connections cannot hold places under the cap; not before, and not
+/// much after.
 #[tokio::test]
 async fn a_connection_idle_for_10_s_is_closed() {
     let app = memory_app().await;
@@ -38,6 +39,46 @@ async fn a_connection_idle_for_10_s_is_closed() {
     assert!(
         idle >= Duration::from_millis(9_900),
         "closed after {idle:?}, before 10 s"
+    );
+    assert!(idle < Duration::from_secs(13), "closed only after {idle:?}");
+}
+
+/// A client that sends its request head a byte at a time, never finishing
+/// it, keeps its place no longer than an idle one: closed 10 s after it
+/// connected, however steadily the bytes come.
+#[tokio::test]
+async fn a_head_trickled_a_byte_at_a_time_is_closed_after_10_s() {
+    let app = memory_app().await;
+    let mut stream = tokio::net::TcpStream::connect(app.addr).await.unwrap();
+    let connected = std::time::Instant::now();
+    stream
+        .write_all(b"GET /healthz HTTP/1.1\r\n")
+        .await
+        .unwrap();
+    let closed = tokio::time::timeout(Duration::from_secs(40), async {
+        loop {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            if stream.write_all(b"x").await.is_err() {
+                return;
+            }
+            let mut buffer = [0u8; 1024];
+            match tokio::time::timeout(Duration::from_millis(1), stream.read(&mut buffer)).await {
+                Ok(Ok(0) | Err(_)) => return,
+                Ok(Ok(_)) => panic!("an answer to a head that never ended"),
+                Err(_) => {}
+            }
+        }
+    })
+    .await;
+    let open_for = connected.elapsed();
+    assert!(closed.is_ok(), "still open after {open_for:?} of trickling");
+    assert!(
+        open_for >= Duration::from_millis(9_900),
+        "closed after {open_for:?}, before 10 s"
+    );
+    assert!(
+        open_for < Duration::from_secs(13),
+        "closed only after {open_for:?}"
     );
 }
 
