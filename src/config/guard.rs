@@ -13,8 +13,8 @@ use crate::store::DEFAULT_MEMORY_CAPACITY;
 
 /// Connections served at once when none is configured.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
-/// How long a gRPC connection may send nothing: the HTTP listener's bound
-/// on reading a request's headers.
+/// How long a gRPC connection may send nothing, and an HTTP/1 one start no
+/// request.
 pub const DEFAULT_QUIET_TIMEOUT: Duration = Duration::from_secs(10);
 /// 32 bytes a counter: 16 GiB at most.
 const MAX_MEMORY_CAPACITY: u64 = 500_000_000;
@@ -58,8 +58,9 @@ pub struct ServerGuard {
     /// A gRPC (RLS) connection that sends nothing for this long is closed,
     /// so idle connections do not hold places under the cap forever; the
     /// server pings every connection three times as often, which a live
-    /// HTTP/2 peer answers, so Envoy's idle connections stay open. (HTTP/1
-    /// connections have the same bound on reading a request's headers.)
+    /// HTTP/2 peer answers, so Envoy's idle connections stay open. An
+    /// HTTP/1 connection on which no request starts for this long (idle,
+    /// or trickling a head) is closed too.
     pub quiet_timeout: Duration,
 }
 

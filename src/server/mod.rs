@@ -13,6 +13,7 @@ mod guard;
 mod live;
 mod metrics;
 pub mod ops;
+mod quiet;
 pub mod reload;
 #[cfg(feature = "grpc")]
 pub mod rlqs;
@@ -30,7 +31,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 
@@ -46,7 +47,8 @@ use crate::store::{MemcachedClock, MemcachedStore};
 
 /// The largest request body accepted; larger gets 413.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
-/// How long a client may take to send its headers, or its body.
+/// How long a client may take to send a request's body. (Its head is
+/// bounded by the quiet timeout: `quiet`.)
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long shutdown waits for requests in flight.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -256,23 +258,33 @@ pub async fn serve(
             accepted = app.guard.accept(&listener) => accepted,
             () = &mut shutdown => break,
         };
-        let app = app.clone();
-        let service = service_fn(move |request| {
+        let activity = Arc::new(quiet::Activity::default());
+        let service = service_fn({
             let app = app.clone();
-            async move {
-                let response = routes::handle(&app, request, peer).await;
-                app.metrics.answered(response.status());
-                Ok::<_, std::convert::Infallible>(response)
+            let activity = activity.clone();
+            move |request| {
+                let app = app.clone();
+                let serving = activity.serving();
+                async move {
+                    let response = routes::handle(&app, request, peer).await;
+                    app.metrics.answered(response.status());
+                    drop(serving);
+                    Ok::<_, std::convert::Infallible>(response)
+                }
             }
         });
-        let connection = http1::Builder::new()
-            .timer(TokioTimer::new())
-            .header_read_timeout(READ_TIMEOUT)
-            .serve_connection(TokioIo::new(stream), service);
+        let connection = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
         let connection = graceful.watch(connection);
+        let quiet_timeout = app.guard.quiet_timeout();
         tokio::spawn(async move {
-            if let Err(error) = connection.await {
-                tracing::debug!(%error, %peer, "connection ended with an error");
+            match quiet::until_quiet(connection, &activity, quiet_timeout).await {
+                Some(Ok(())) => {}
+                Some(Err(error)) => {
+                    tracing::debug!(%error, %peer, "connection ended with an error");
+                }
+                None => {
+                    tracing::debug!(%peer, "connection closed: no request for {quiet_timeout:?}")
+                }
             }
             drop(permit);
         });
