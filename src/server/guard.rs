@@ -26,8 +26,8 @@ pub(crate) struct Guard {
     /// The cap on connections; a reload changes it live (connections over a
     /// lowered cap are not closed, new ones wait for places).
     max_connections: AtomicUsize,
-    /// Only the gRPC listeners (RLS, RLQS) have a quiet timeout.
-    #[cfg_attr(not(feature = "grpc"), allow(dead_code))]
+    /// How long a connection may be quiet before it is closed: see
+    /// [`Guard::quiet_timeout`].
     quiet_timeout: Duration,
     /// What a reload swaps: a call reads the tokens in force when it is
     /// checked, so a revoked token is refused from the next call on. Read
@@ -131,8 +131,9 @@ impl Guard {
         self.open.load(Ordering::Relaxed)
     }
 
-    /// How long a gRPC connection may send nothing before it is closed.
-    #[cfg_attr(not(feature = "grpc"), allow(dead_code))]
+    /// How long a connection may be quiet before it is closed: an HTTP/1
+    /// one that starts no request (`quiet`), a gRPC one that sends nothing
+    /// (`grpc::capped`).
     pub(crate) fn quiet_timeout(&self) -> Duration {
         self.quiet_timeout
     }
@@ -268,6 +269,8 @@ pub(crate) fn snapshot(app: &App) -> Vec<Figure> {
             shared.estimates().1,
         ));
     }
+    // A build without Memcached has one store: the pattern always matches.
+    #[allow(irrefutable_let_patterns)]
     if let AnyStore::Memory(store) = app.limiter.store() {
         figures.push(Figure::counter(
             "slidegate_memory_evictions",
