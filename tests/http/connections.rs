@@ -82,6 +82,38 @@ async fn a_head_trickled_a_byte_at_a_time_is_closed_after_10_s() {
     );
 }
 
+/// A client that sends requests and never reads the answers keeps its
+/// place no longer than an idle one: once the answers fill the socket no
+/// request starts, and the connection is closed.
+#[tokio::test]
+async fn a_client_that_never_reads_its_answers_is_closed() {
+    let app = memory_app().await;
+    let stream = tokio::net::TcpStream::connect(app.addr).await.unwrap();
+    let (_never_read, mut writer) = stream.into_split();
+    let served = app.app.clone();
+    wait_for("the connection to be served", PATIENCE, || {
+        std::future::ready(served.open_connections() == 1)
+    })
+    .await;
+    // At most 70 MB of requests: the answers fill both sockets' buffers
+    // long before.
+    let requests = b"GET /healthz HTTP/1.1\r\nhost: t\r\n\r\n".repeat(1_000);
+    let writing = tokio::spawn(async move {
+        for _ in 0..2_000 {
+            if writer.write_all(&requests).await.is_err() {
+                return;
+            }
+        }
+    });
+    wait_for(
+        "the connection to be closed",
+        Duration::from_secs(40),
+        || std::future::ready(served.open_connections() == 0),
+    )
+    .await;
+    writing.abort();
+}
+
 /// The head of a `POST /v1/check` carrying `body`.
 fn check_head(body: &str) -> String {
     format!(
