@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use tokio::io::{AsyncWrite, AsyncWriteExt};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot};
 
 use super::reader::{Answer, InFlight, Shared};
 use super::{Commands, NodeClock};
@@ -142,7 +142,7 @@ pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
     mut queue: mpsc::Receiver<Request>,
     first: Option<Request>,
     shared: Arc<Shared>,
-    mut stopped: watch::Receiver<bool>,
+    mut stopped: oneshot::Receiver<()>,
     namespace: Arc<str>,
     clock: NodeClock,
 ) -> WriterEnd {
@@ -163,7 +163,7 @@ pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
         if batch.requests.is_empty() {
             let received = tokio::select! {
                 biased;
-                _ = stopped.changed() => return end(queue, false, None, &mut batch),
+                _ = &mut stopped => return end(queue, false, None, &mut batch),
                 () = shared.retire.notified() => {
                     // Only here, with nothing in hand, can the writer know
                     // that closing loses nothing: a request it had taken, or
@@ -207,7 +207,7 @@ pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
         while shared.writes_out.load(Ordering::Acquire) >= WRITES_IN_FLIGHT {
             tokio::select! {
                 biased;
-                _ = stopped.changed() => return end(queue, false, None, &mut batch),
+                _ = &mut stopped => return end(queue, false, None, &mut batch),
                 () = shared.write_answered.notified() => {}
                 received = queue.recv(), if !batch.is_full() => match received {
                     Some(request) => {
@@ -258,7 +258,7 @@ pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
         batch.restart();
         tokio::select! {
             biased;
-            _ = stopped.changed() => return end(queue, false, None, &mut batch),
+            _ = &mut stopped => return end(queue, false, None, &mut batch),
             written = write.write_all(&buffer) => {
                 if let Err(error) = written {
                     return end(
@@ -344,7 +344,7 @@ mod tests {
         let (client, mut server) = tokio::io::duplex(64 * 1024);
         let (sender, receiver) = mpsc::channel(8);
         let shared = Arc::new(Shared::new(Arc::new(SlotStatus::new(true))));
-        let (_stop, stopped) = watch::channel(false);
+        let (_stop, stopped) = oneshot::channel();
         sender.try_send(noop(Delivery::Always)).unwrap();
         shared.retire.notify_one();
         let writer = tokio::spawn(write_loop(

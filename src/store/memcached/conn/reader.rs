@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::io::{AsyncRead, AsyncReadExt};
-use tokio::sync::{Notify, mpsc, watch};
+use tokio::sync::{Notify, mpsc, oneshot};
 
 use super::queue::{Delivery, Request, fail_unsent};
 use super::{Commands, Replies, SlotStatus};
@@ -159,7 +159,7 @@ impl Shared {
 pub(super) async fn read_loop<R: AsyncRead + Unpin>(
     mut read: R,
     shared: Arc<Shared>,
-    mut stopped: watch::Receiver<bool>,
+    mut stopped: oneshot::Receiver<()>,
     requeue: mpsc::WeakSender<Request>,
 ) -> Result<(), String> {
     let mut buffer: Vec<u8> = Vec::with_capacity(64 * 1024);
@@ -185,7 +185,7 @@ pub(super) async fn read_loop<R: AsyncRead + Unpin>(
         }
         tokio::select! {
             biased;
-            _ = stopped.changed() => return Ok(()),
+            _ = &mut stopped => return Ok(()),
             read = read.read_buf(&mut buffer) => match read {
                 Ok(0) => return Err("memcached closed the connection".to_owned()),
                 Ok(_) => {}
