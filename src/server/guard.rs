@@ -132,7 +132,7 @@ impl Guard {
     }
 
     /// How long a connection may be quiet before it is closed: an HTTP/1
-    /// one that starts no request (`quiet`), a gRPC one that sends nothing
+    /// one that starts no request (`served`), a gRPC one that sends nothing
     /// (`grpc::capped`).
     pub(crate) fn quiet_timeout(&self) -> Duration {
         self.quiet_timeout

@@ -13,13 +13,13 @@ mod guard;
 mod live;
 mod metrics;
 pub mod ops;
-mod quiet;
 pub mod reload;
 #[cfg(feature = "grpc")]
 pub mod rlqs;
 #[cfg(feature = "grpc")]
 pub mod rls;
 mod routes;
+mod served;
 
 pub(crate) use live::Live;
 pub use routes::{Access, Methods, ROUTES, Route, RoutePath};
@@ -32,7 +32,6 @@ use arc_swap::ArcSwap;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 
 use crate::clock::{Clock, SystemClock, WatchedClock};
@@ -48,7 +47,7 @@ use crate::store::{MemcachedClock, MemcachedStore};
 /// The largest request body accepted; larger gets 413.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 /// How long a client may take to send a request's body. (Its head is
-/// bounded by the quiet timeout: `quiet`.)
+/// bounded by the quiet timeout: `served`.)
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long shutdown waits for requests in flight.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -251,14 +250,14 @@ pub async fn serve(
     app: Arc<App>,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    let graceful = GracefulShutdown::new();
+    let drain = Arc::new(served::Drain::default());
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let (stream, peer, permit) = tokio::select! {
             accepted = app.guard.accept(&listener) => accepted,
             () = &mut shutdown => break,
         };
-        let activity = Arc::new(quiet::Activity::default());
+        let activity = Arc::new(served::Activity::default());
         let service = service_fn({
             let app = app.clone();
             let activity = activity.clone();
@@ -274,10 +273,10 @@ pub async fn serve(
             }
         });
         let connection = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
-        let connection = graceful.watch(connection);
+        let member = drain.member();
         let quiet_timeout = app.guard.quiet_timeout();
         tokio::spawn(async move {
-            match quiet::until_quiet(connection, &activity, quiet_timeout).await {
+            match served::until_quiet(connection, &activity, member, quiet_timeout).await {
                 Some(Ok(())) => {}
                 Some(Err(error)) => {
                     tracing::debug!(%error, %peer, "connection ended with an error");
@@ -291,8 +290,9 @@ pub async fn serve(
     }
     drop(listener);
     tracing::info!("shutting down: waiting for requests in flight");
+    drain.begin();
     tokio::select! {
-        () = graceful.shutdown() => tracing::info!("all connections closed"),
+        () = drain.finished() => tracing::info!("all connections closed"),
         () = tokio::time::sleep(DRAIN_TIMEOUT) => tracing::warn!("gave up waiting for connections"),
     }
     Ok(())

@@ -6,7 +6,7 @@
 //!
 //! A place is given back when the connection ends, so a connection that
 //! never ends must not keep one: HTTP/1 connections are closed when no
-//! request starts for the quiet timeout (`quiet`), and here a connection from which
+//! request starts for the quiet timeout (`served`), and here a connection from which
 //! nothing has been read for the quiet timeout is closed. The server pings
 //! every connection three times as often (`serve`), and a live HTTP/2
 //! peer answers each ping, so an idle Envoy keeps its connections while a
