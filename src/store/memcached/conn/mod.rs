@@ -40,6 +40,7 @@
 mod health;
 mod queue;
 mod reader;
+mod signal;
 mod slot;
 mod status;
 mod unclaimed;

@@ -13,6 +13,7 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 
 use super::reader::{Answer, InFlight, Shared};
+use super::signal::Waiting;
 use super::{Commands, NodeClock};
 use crate::store::StoreError;
 use crate::store::memcached::wire;
@@ -152,6 +153,8 @@ pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
     }
     let mut buffer = Vec::with_capacity(64 * 1024);
     let mut opaque: u32 = 0;
+    let mut retire_waiting = Waiting::default();
+    let mut answered_waiting = Waiting::default();
     let end = |queue, node_dropped, error, batch: &mut Batch| WriterEnd {
         queue,
         node_dropped,
@@ -164,7 +167,7 @@ pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
             let received = tokio::select! {
                 biased;
                 _ = &mut stopped => return end(queue, false, None, &mut batch),
-                () = shared.retire.notified() => {
+                () = shared.retire.taken(&mut retire_waiting) => {
                     // Only here, with nothing in hand, can the writer know
                     // that closing loses nothing: a request it had taken, or
                     // one written but unanswered, would be failed with the
@@ -208,7 +211,7 @@ pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
             tokio::select! {
                 biased;
                 _ = &mut stopped => return end(queue, false, None, &mut batch),
-                () = shared.write_answered.notified() => {}
+                () = shared.write_answered.taken(&mut answered_waiting) => {}
                 received = queue.recv(), if !batch.is_full() => match received {
                     Some(request) => {
                         batch.push(request);
@@ -346,7 +349,7 @@ mod tests {
         let shared = Arc::new(Shared::new(Arc::new(SlotStatus::new(true))));
         let (_stop, stopped) = oneshot::channel();
         sender.try_send(noop(Delivery::Always)).unwrap();
-        shared.retire.notify_one();
+        shared.retire.raise();
         let writer = tokio::spawn(write_loop(
             client,
             receiver,
@@ -361,14 +364,14 @@ mod tests {
         assert_eq!(&bytes[..read], b"mn\r\n", "the queued take-back is written");
 
         // Told again while it is unanswered: it goes on, and writes the next.
-        shared.retire.notify_one();
+        shared.retire.raise();
         tokio::task::yield_now().await;
         sender.try_send(noop(Delivery::Always)).unwrap();
         // Answered (as the reader would): the next write may go out.
         let answered = shared.in_flight().pop_front();
         assert!(answered.is_some());
         shared.writes_out.fetch_sub(1, Ordering::AcqRel);
-        shared.write_answered.notify_one();
+        shared.write_answered.raise();
         let read = written(&mut server, &mut bytes).await;
         assert_eq!(&bytes[..read], b"mn\r\n", "still writing while unanswered");
 
@@ -376,8 +379,8 @@ mod tests {
         // the queue back for the slot's next connection.
         assert!(shared.in_flight().pop_front().is_some());
         shared.writes_out.fetch_sub(1, Ordering::AcqRel);
-        shared.write_answered.notify_one();
-        shared.retire.notify_one();
+        shared.write_answered.raise();
+        shared.retire.raise();
         let end = writer.await.unwrap();
         assert!(end.retired && end.unsent.is_empty() && end.error.is_none());
         drop(end.queue);

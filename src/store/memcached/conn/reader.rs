@@ -8,9 +8,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::io::{AsyncRead, AsyncReadExt};
-use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot};
 
 use super::queue::{Delivery, Request, fail_unsent};
+use super::signal::Signal;
 use super::{Commands, Replies, SlotStatus};
 use crate::store::memcached::wire::{self, Command, Reply};
 use crate::store::{CounterKey, StoreError};
@@ -99,11 +100,12 @@ pub(super) struct Shared {
     slot: Arc<SlotStatus>,
     /// Writes whose replies have not all come back.
     pub writes_out: AtomicUsize,
-    /// Told by the reader each time a write's replies are complete.
-    pub write_answered: Notify,
-    /// Told by the watchdog when an extra connection may close: the writer
-    /// ends it if its hands, the queue and the FIFO are empty when it looks.
-    pub retire: Notify,
+    /// Raised by the reader each time a write's replies are complete.
+    pub write_answered: Signal,
+    /// Raised by the watchdog when an extra connection may close: the
+    /// writer ends it if its hands, the queue and the FIFO are empty when
+    /// it looks.
+    pub retire: Signal,
 }
 
 /// The FIFO, locked; publishes the oldest entry's age when released.
@@ -138,8 +140,8 @@ impl Shared {
             in_flight: Mutex::new(VecDeque::new()),
             slot,
             writes_out: AtomicUsize::new(0),
-            write_answered: Notify::new(),
-            retire: Notify::new(),
+            write_answered: Signal::default(),
+            retire: Signal::default(),
         }
     }
 
@@ -221,7 +223,7 @@ fn take_replies(
         {
             if entry.ends_write {
                 shared.writes_out.fetch_sub(1, Ordering::AcqRel);
-                shared.write_answered.notify_one();
+                shared.write_answered.raise();
             }
             done.push((entry, std::mem::take(partial)));
         }

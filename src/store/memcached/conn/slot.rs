@@ -84,7 +84,7 @@ impl Slot {
                     .is_none_or(|queue| queue.capacity() == queue.max_capacity())
         };
         if status.phase() == Phase::Closing && drained() {
-            shared.retire.notify_one();
+            shared.retire.raise();
         }
         None
     }
