@@ -6,11 +6,12 @@
 //!
 //! A place is given back when the connection ends, so a connection that
 //! never ends must not keep one: HTTP/1 connections are closed when no
-//! request starts for the quiet timeout (`served`), and here a connection from which
-//! nothing has been read for the quiet timeout is closed. The server pings
-//! every connection three times as often (`serve`), and a live HTTP/2
-//! peer answers each ping, so an idle Envoy keeps its connections while a
-//! peer that never speaks HTTP/2, or has gone, gives its place back.
+//! request starts for the quiet timeout (`served`), and here a connection
+//! from which nothing has been read for the quiet timeout is closed. The
+//! server pings every connection three times as often (`serve`), and a
+//! live HTTP/2 peer answers each ping, so an idle Envoy keeps its
+//! connections while a peer that never speaks HTTP/2, or has gone, gives
+//! its place back.
 
 use std::future::Future;
 use std::io;
