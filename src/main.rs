@@ -46,10 +46,10 @@ async fn main() -> anyhow::Result<()> {
     tracing::info!(policies = ?config.policies.keys().collect::<Vec<_>>(), "policies loaded (SIGHUP or a change of the file reloads them)");
 
     // Before it listens: a SIGTERM or SIGHUP that comes as soon as it does
-    // must meet these handlers, not the default action (which kills it).
-    // SIGHUP's is the reload watcher's; this early one only keeps it alive.
+    // must meet these handlers, not the default action (which kills it),
+    // and a SIGHUP then must reload it: the watcher reads this stream.
     let terminate = tokio::signal::unix::signal(SignalKind::terminate());
-    let _hangup_handled = tokio::signal::unix::signal(SignalKind::hangup());
+    let hangup = server::reload::hangup_stream();
     let listener = TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
@@ -73,6 +73,7 @@ async fn main() -> anyhow::Result<()> {
     tokio::spawn(server::reload::watch(
         app.clone(),
         Reloader::new(overrides, config.clone()),
+        hangup,
         until_stopped(stopped.clone()),
     ));
     server::serve(listener, app, until_stopped(stopped)).await?;

@@ -14,16 +14,30 @@ use std::sync::Arc;
 use super::App;
 use super::metrics::ReloadResult;
 use crate::config::reload::Reloader;
+use tokio::signal::unix::Signal;
 
-/// Watch for SIGHUP and file changes until `shutdown` completes.
-pub async fn watch(app: Arc<App>, mut reloader: Reloader, shutdown: impl Future<Output = ()>) {
-    let mut hangup = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+/// The SIGHUP stream [`watch`] reads. A stream sees only the signals that
+/// come after it is made, so the binary makes it before it listens: a
+/// SIGHUP sent as soon as it accepts connections then reloads it, however
+/// late the watcher starts.
+pub fn hangup_stream() -> Option<Signal> {
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
         Ok(signal) => Some(signal),
         Err(error) => {
             tracing::warn!(%error, "cannot listen for SIGHUP; the file is still watched");
             None
         }
-    };
+    }
+}
+
+/// Watch for SIGHUP (on `hangup`, from [`hangup_stream`]) and file
+/// changes until `shutdown` completes.
+pub async fn watch(
+    app: Arc<App>,
+    mut reloader: Reloader,
+    mut hangup: Option<Signal>,
+    shutdown: impl Future<Output = ()>,
+) {
     let mut every = reloader.watch();
     let mut ticks = every.map(ticker);
     let mut shutdown = std::pin::pin!(shutdown);
@@ -98,5 +112,64 @@ pub fn reload_once(app: &App, reloader: &mut Reloader, why: &str) {
             tracing::error!(%file, reason = why, %error, "configuration NOT reloaded: keeping the running one");
             app.metrics.reloaded(ReloadResult::failed, false);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Config, Overrides};
+
+    /// The binary makes its SIGHUP stream before it listens, so that a
+    /// SIGHUP sent the moment it accepts connections (as a deploy script's
+    /// would) reloads it: the watcher, which starts later, must use that
+    /// stream and not make its own, which would not see the signal.
+    #[tokio::test]
+    async fn a_sighup_that_comes_before_the_watcher_starts_reloads() {
+        let dir = std::env::temp_dir().join(format!("slidegate-early-hup-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("slidegate.toml");
+        let policy = |name: &str| {
+            format!("[policies.{name}]\nlimits = [{{ limit = 5, window = \"1s\" }}]\n")
+        };
+        std::fs::write(
+            &file,
+            format!("[reload]\nwatch_ms = 0\n{}", policy("first")),
+        )
+        .unwrap();
+        let overrides = Overrides {
+            config: Some(file.clone()),
+            ..Overrides::default()
+        };
+        let config = Config::load(&overrides).unwrap();
+        let app = Arc::new(App::from_config(&config).await.unwrap());
+        let reloader = Reloader::new(overrides, config);
+
+        let hangup = hangup_stream();
+        let mut delivered = hangup_stream().unwrap();
+        std::fs::write(
+            &file,
+            format!("[reload]\nwatch_ms = 0\n{}", policy("second")),
+        )
+        .unwrap();
+        // SAFETY: raising a signal this process handles (the streams above).
+        assert_eq!(unsafe { libc::raise(libc::SIGHUP) }, 0);
+        // Delivered to the streams there were: only then does the watcher
+        // start, as under load it may.
+        delivered.recv().await;
+        tokio::spawn(watch(app.clone(), reloader, hangup, std::future::pending()));
+
+        let reloaded = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+            while !app.policy_names().contains(&"second".to_owned()) {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(
+            reloaded.is_ok(),
+            "the SIGHUP was lost: {:?}",
+            app.policy_names()
+        );
     }
 }
