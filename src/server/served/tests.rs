@@ -76,6 +76,14 @@ async fn open_after(activity: &Activity, since: Duration) -> Duration {
     })
 }
 
+/// Closed between one and 1.2 quiet timeouts after the last request.
+fn closed_in_time(after_last: Duration, what: &str) {
+    assert!(
+        after_last >= QUIET && after_last <= QUIET * 6 / 5,
+        "{what}: closed {after_last:?} after the last request ended"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_connection_that_never_makes_a_request_is_closed_at_the_quiet_timeout() {
     let activity = Arc::new(Activity::default());
@@ -92,10 +100,7 @@ async fn a_connection_is_closed_between_one_and_one_point_two_timeouts_after_its
             Duration::from_millis(end),
         );
         let after_last = open_after(&activity, Duration::from_millis(end)).await;
-        assert!(
-            after_last >= QUIET && after_last <= QUIET * 6 / 5,
-            "a request from {start} to {end} ms: closed {after_last:?} after it ended"
-        );
+        closed_in_time(after_last, &format!("a request from {start} to {end} ms"));
     }
 }
 
@@ -104,11 +109,7 @@ async fn a_request_answered_for_longer_than_the_timeout_keeps_its_connection() {
     let activity = Arc::new(Activity::default());
     let end = QUIET * 6;
     request(&activity, Duration::from_secs(1), end);
-    let after_last = open_after(&activity, end).await;
-    assert!(
-        after_last >= QUIET && after_last <= QUIET * 6 / 5,
-        "{after_last:?}"
-    );
+    closed_in_time(open_after(&activity, end).await, "a request of 59 s");
 }
 
 #[tokio::test(start_paused = true)]
@@ -120,11 +121,7 @@ async fn requests_one_after_another_keep_the_connection_open() {
         request(&activity, start, start + Duration::from_millis(5));
     }
     let last_end = Duration::from_secs(64) + Duration::from_millis(5);
-    let after_last = open_after(&activity, last_end).await;
-    assert!(
-        after_last >= QUIET && after_last <= QUIET * 6 / 5,
-        "{after_last:?}"
-    );
+    closed_in_time(open_after(&activity, last_end).await, "requests 7 s apart");
 }
 
 #[tokio::test(start_paused = true)]
