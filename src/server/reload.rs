@@ -11,10 +11,11 @@
 
 use std::sync::Arc;
 
+use tokio::signal::unix::Signal;
+
 use super::App;
 use super::metrics::ReloadResult;
 use crate::config::reload::Reloader;
-use tokio::signal::unix::Signal;
 
 /// The SIGHUP stream [`watch`] reads. A stream sees only the signals that
 /// come after it is made, so the binary makes it before it listens: a
