@@ -91,6 +91,7 @@ pub(super) fn batch(
         adds: Counters::new(),
         amount: cost,
         now_ms,
+        deadline: None,
     };
     for layout in layouts {
         batch.reads.extend(layout.older());

@@ -8,6 +8,12 @@
 //! passed: nothing was sent, so nothing needs undoing. A rollback is made
 //! whatever the time left, since the addition it takes back certainly
 //! happened; only the wait for its answer is bounded.
+//!
+//! The counters' call is bounded by the store itself when it can
+//! ([`Store::keeps_deadlines`]): a Memcached connection keeps one sweep for
+//! all of its calls' deadlines, where a tokio timer per call was
+//! registered in the runtime's wheel and taken out again on every check.
+//! Every other call (rare: rollbacks, resets) has a timer.
 
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
@@ -17,7 +23,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::Limiter;
-use crate::store::{Store, StoreError};
+use crate::store::{BatchCounts, CallDeadline, CounterBatch, Store, StoreError};
 
 /// When a check's store work must be done by (monotonic: a wall clock set
 /// back must not extend it).
@@ -67,6 +73,15 @@ impl<S: Store> Limiter<S> {
     where
         F: Future<Output = Result<T, StoreError>>,
     {
+        self.bounded(deadline, call, false)
+    }
+
+    /// [`timed`](Self::timed), the deadline kept by the store when
+    /// `kept_by_store` (it was given it), else by a timer.
+    fn bounded<T, F>(&self, deadline: Deadline, call: F, kept_by_store: bool) -> Timed<'_, S, F>
+    where
+        F: Future<Output = Result<T, StoreError>>,
+    {
         // One reading of the clock: whether time is left, and when the call
         // started.
         let started = Instant::now();
@@ -79,8 +94,34 @@ impl<S: Store> Limiter<S> {
             limiter: self,
             deadline,
             started,
-            call: (!passed).then(|| tokio::time::timeout_at(deadline.at, call)),
+            call: (!passed).then(|| {
+                if kept_by_store {
+                    Bounded::ByStore { call }
+                } else {
+                    Bounded::by_timer(deadline, call)
+                }
+            }),
         }
+    }
+
+    /// The store's `read_and_add` of `batch`, as [`timed`](Self::timed);
+    /// bounded by the store itself when the batch carries the deadline
+    /// (see [`store_deadline`](Self::store_deadline)), else by a timer.
+    pub(super) fn timed_read_and_add<'a>(
+        &'a self,
+        deadline: Deadline,
+        batch: &'a CounterBatch,
+    ) -> Timed<'a, S, impl Future<Output = Result<BatchCounts, StoreError>> + Send + 'a> {
+        let kept_by_store = batch.deadline.is_some();
+        self.bounded(deadline, self.store.read_and_add(batch), kept_by_store)
+    }
+
+    /// `deadline` for a batch, when the store keeps it itself.
+    pub(super) fn store_deadline(&self, deadline: Deadline) -> Option<CallDeadline> {
+        self.store.keeps_deadlines().then(|| CallDeadline {
+            at: deadline.at.into_std(),
+            timeout: deadline.timeout,
+        })
     }
 
     /// A store call that is made even when no time is left (a rollback),
@@ -96,7 +137,7 @@ impl<S: Store> Limiter<S> {
             limiter: self,
             deadline,
             started: Instant::now(),
-            call: Some(tokio::time::timeout_at(deadline.at, call)),
+            call: Some(Bounded::by_timer(deadline, call)),
         }
     }
 
@@ -136,7 +177,25 @@ pin_project_lite::pin_project! {
         started: Instant,
         // `None`: the deadline had passed, and the call was not made.
         #[pin]
-        call: Option<tokio::time::Timeout<F>>,
+        call: Option<Bounded<F>>,
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// Who keeps a call's deadline.
+    #[project = BoundedProjection]
+    enum Bounded<F> {
+        /// The store, which answers [`StoreError::Timeout`] when it passes.
+        ByStore { #[pin] call: F },
+        ByTimer { #[pin] call: tokio::time::Timeout<F> },
+    }
+}
+
+impl<F: Future> Bounded<F> {
+    fn by_timer(deadline: Deadline, call: F) -> Bounded<F> {
+        Bounded::ByTimer {
+            call: tokio::time::timeout_at(deadline.at, call),
+        }
     }
 }
 
@@ -151,9 +210,12 @@ where
         let Some(call) = this.call.as_pin_mut() else {
             return Poll::Ready(Err(this.deadline.ran_out()));
         };
-        let result = match ready!(call.poll(context)) {
-            Ok(result) => result,
-            Err(_) => Err(this.deadline.ran_out()),
+        let result = match call.project() {
+            BoundedProjection::ByStore { call } => ready!(call.poll(context)),
+            BoundedProjection::ByTimer { call } => match ready!(call.poll(context)) {
+                Ok(result) => result,
+                Err(_) => Err(this.deadline.ran_out()),
+            },
         };
         this.limiter.record_call(*this.started, &result);
         Poll::Ready(result)

@@ -72,7 +72,10 @@ impl<S: Store> Limiter<S> {
         };
         let mut attempt = 1;
         let decisions = loop {
-            let groups = groups(items, &decided, counting, now_ms);
+            let mut groups = groups(items, &decided, counting, now_ms);
+            for group in &mut groups {
+                group.batch.deadline = self.store_deadline(deadline);
+            }
             let error = match self
                 .decide_groups(deadline, items, &groups, counting, false)
                 .await
@@ -306,7 +309,7 @@ impl<S: Store> Limiter<S> {
         if local {
             self.local.read_and_add(batch).await
         } else {
-            self.timed(deadline, self.store.read_and_add(batch)).await
+            self.timed_read_and_add(deadline, batch).await
         }
     }
 

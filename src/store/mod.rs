@@ -65,6 +65,19 @@ pub struct CounterBatch {
     pub adds: Counters,
     pub amount: u64,
     pub now_ms: u64,
+    /// When its caller stops waiting, for a store that keeps deadlines
+    /// itself ([`Store::keeps_deadlines`]); `None` when the caller bounds
+    /// the call.
+    pub deadline: Option<CallDeadline>,
+}
+
+/// When a caller stops waiting for a call: `at`, `timeout` after its check
+/// started. A store that keeps deadlines answers
+/// [`StoreError::Timeout`]`(timeout)` then, and counts nothing.
+#[derive(Clone, Copy, Debug)]
+pub struct CallDeadline {
+    pub at: std::time::Instant,
+    pub timeout: std::time::Duration,
 }
 
 /// What a [`CounterBatch`] found: `read[i]` for `reads[i]` (0 when missing)
@@ -150,6 +163,14 @@ pub trait Store: Send + Sync + 'static {
 
     /// `memory` or `memcached`, for logs, metrics and `/readyz`.
     fn kind(&self) -> &'static str;
+
+    /// Whether [`read_and_add`](Self::read_and_add) answers by its batch's
+    /// [`deadline`](CounterBatch::deadline) itself, so that its caller
+    /// needs no timer of its own (a Memcached connection keeps one for all
+    /// of its calls).
+    fn keeps_deadlines(&self) -> bool {
+        false
+    }
 }
 
 /// Whether a store can decide, node by node.
@@ -212,6 +233,10 @@ impl<S: Store> Store for std::sync::Arc<S> {
 
     fn kind(&self) -> &'static str {
         (**self).kind()
+    }
+
+    fn keeps_deadlines(&self) -> bool {
+        (**self).keeps_deadlines()
     }
 }
 
@@ -314,6 +339,14 @@ impl Store for AnyStore {
             AnyStore::Memory(store) => store.kind(),
             #[cfg(feature = "memcached")]
             AnyStore::Memcached(store) => store.kind(),
+        }
+    }
+
+    fn keeps_deadlines(&self) -> bool {
+        match self {
+            AnyStore::Memory(store) => store.keeps_deadlines(),
+            #[cfg(feature = "memcached")]
+            AnyStore::Memcached(store) => store.keeps_deadlines(),
         }
     }
 }

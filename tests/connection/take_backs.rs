@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use slidegate::store::{CounterKey, KeyDigest, Store};
+use slidegate::store::{CallDeadline, CounterKey, KeyDigest, Store, StoreError};
 use slidegate::{ManualClock, MemcachedStore, Source};
 
 use super::{counter_value, per_minute, store};
@@ -81,6 +81,61 @@ async fn an_addition_whose_caller_gave_up_is_taken_back_whoever_holds_its_replie
     };
     scenario.run(Order::RepliesAfter).await;
     scenario.run(Order::RepliesBefore).await;
+}
+
+/// A counted call given a deadline is answered with the timeout error by
+/// its connection's sweep when the deadline passes, with no timer of its
+/// caller's around it; its replies, late, are read and dropped, and what
+/// they report added is taken back: memcached counts nothing, as the
+/// caller was told. Without the sweep the call would wait for its late
+/// replies (and count).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_counted_call_is_answered_at_its_deadline_and_its_addition_taken_back() {
+    const DEADLINE: Duration = Duration::from_millis(100);
+    const REPLIES_LATE_MS: u64 = 600;
+    let memcached = Memcached::start();
+    let proxy = CountingProxy::start(memcached.addr()).await;
+    // The call timeout (the overdue bound) and its stall bound far off:
+    // only the call's own deadline is under test.
+    let store = store(proxy.addr.clone(), Duration::from_secs(2)).await;
+    wait_for("the store to answer", PATIENCE, || async {
+        store.ping().await.is_ok()
+    })
+    .await;
+    let scenario = GiveUp {
+        memcached: &memcached,
+        proxy: &proxy,
+        store: &store,
+        now: common::today_ms() + 30_000,
+    };
+    proxy.delay_replies(REPLIES_LATE_MS);
+    let mut batch = scenario.batch_of("swept");
+    let started = std::time::Instant::now();
+    batch.deadline = Some(CallDeadline {
+        at: started + DEADLINE,
+        timeout: DEADLINE,
+    });
+    let answer = store.read_and_add(&batch).await;
+    let waited = started.elapsed();
+    assert!(
+        matches!(answer, Err(StoreError::Timeout(100))),
+        "{answer:?}"
+    );
+    // A bound on correctness, not speed: answered at its deadline, not
+    // when its replies came.
+    assert!(
+        waited >= DEADLINE && waited < Duration::from_millis(REPLIES_LATE_MS),
+        "answered after {waited:?}"
+    );
+    wait_for("the addition to be counted", PATIENCE, || async {
+        counter_value(&memcached, &store, "swept", scenario.now) == 1
+    })
+    .await;
+    wait_for("the addition to be taken back", PATIENCE, || async {
+        counter_value(&memcached, &store, "swept", scenario.now) == 0
+    })
+    .await;
+    proxy.delay_replies(0);
 }
 
 /// When a caller gives up: before its replies come, or after they reached
@@ -170,6 +225,7 @@ impl GiveUp<'_> {
             }]),
             amount: 1,
             now_ms: self.now,
+            deadline: None,
         }
     }
 }

@@ -190,8 +190,9 @@ impl<S: Store> Limiter<S> {
                 Counting::IfAdmitted | Counting::Always => costs.iter().sum(),
             };
             let layouts = counters::layouts(digest, policy, now_ms);
-            let batch = counters::batch(&layouts, adding, counting, now_ms);
-            let counts = match self.timed(deadline, self.store.read_and_add(&batch)).await {
+            let mut batch = counters::batch(&layouts, adding, counting, now_ms);
+            batch.deadline = self.store_deadline(deadline);
+            let counts = match self.timed_read_and_add(deadline, &batch).await {
                 Ok(found) => counters::counts_before(&layouts, &batch, found),
                 Err(error) => {
                     return self

@@ -200,7 +200,9 @@ impl Store for MemcachedStore {
             amount: batch.amount,
             first_reply: batch.reads.len(),
         };
-        let replies = node.call_counted(commands, additions).await?;
+        let replies = node
+            .call_counted(commands, additions, batch.deadline)
+            .await?;
         let (read, added) = replies.split_at(batch.reads.len().min(replies.len()));
         if read.len() != batch.reads.len() || added.len() != batch.adds.len() {
             return Err(unexpected("answers missing from a batch"));
@@ -346,6 +348,11 @@ impl Store for MemcachedStore {
 
     fn kind(&self) -> &'static str {
         "memcached"
+    }
+
+    /// A counted call's deadline is kept by its connection slot's sweep.
+    fn keeps_deadlines(&self) -> bool {
+        true
     }
 }
 

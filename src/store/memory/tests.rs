@@ -60,6 +60,7 @@ async fn a_store_holds_its_capacity_and_counts_evictions() {
         adds: smallvec::smallvec![counter_of(key, 1)],
         amount: 1,
         now_ms: 1_000,
+        deadline: None,
     };
     for index in 0..10 * store.capacity() {
         store

@@ -1,15 +1,19 @@
 //! Multiplexed, pipelined connections to one Memcached node.
 //!
 //! Any number of tasks hand requests (a few meta commands each) to a
-//! connection's bounded queue; a writer sends everything queued in one
+//! connection slot's bounded queue; a writer sends everything queued in one
 //! write and a reader parses the replies in order and completes each
 //! waiting request. N concurrent checks cost one write and one read, not N
-//! of each, and no caller ever holds a connection.
+//! of each, and no caller ever holds a connection. A counted request
+//! carries its caller's deadline, kept by one sweep per slot instead of a
+//! timer per call.
 //!
 //! | file | owns |
 //! |---|---|
 //! | `mod.rs` | a node's connection slots: routing a call, dialling, serving, ending a connection |
-//! | [`queue`] | the callers' queue and the batching of writes |
+//! | [`queue`] | a slot's queue of requests, bounded for callers |
+//! | [`writer`] | the writer and the batching of writes |
+//! | [`sweep`] | the deadline sweep: a request whose caller's time is up is answered, queued or written |
 //! | [`reader`] | the reader and its FIFO of written requests; answers, and the take-back of a caller already gone |
 //! | [`health`] | the pure policy: overdue, stalled, extra connections, which slot takes a request |
 //! | `status` | what routing reads lock-free: each slot's phase and oldest unanswered write, the node's clock and redials |
@@ -43,23 +47,25 @@ mod reader;
 mod signal;
 mod slot;
 mod status;
+mod sweep;
 mod unclaimed;
+mod writer;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use smallvec::SmallVec;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 use self::health::{Bounds, Pick, State};
-use self::queue::Request;
+use self::queue::{Queue, Refused, Request};
 use self::reader::Answer;
 use self::slot::{Slot, supervise, supervise_extra};
 use self::unclaimed::Unclaimed;
 use super::dial::Dialer;
 use super::wire::{Command, Reply};
-use crate::store::StoreError;
+use crate::store::{CallDeadline, StoreError};
 
 pub use self::queue::Delivery;
 pub use self::status::{ConnectionStates, Redial, Redials};
@@ -105,9 +111,18 @@ pub struct Target {
 /// while every connection that is up is overdue.
 pub struct Node {
     target: Target,
-    queues: Box<[mpsc::Sender<Request>]>,
+    queues: Box<[Arc<Queue>]>,
     status: Arc<NodeStatus>,
     next: AtomicUsize,
+}
+
+impl Drop for Node {
+    /// Its slots end once what is queued is written.
+    fn drop(&mut self) {
+        for queue in &self.queues {
+            queue.close();
+        }
+    }
 }
 
 impl Node {
@@ -148,21 +163,21 @@ impl Node {
         });
         let queues = (0..2 * configured)
             .map(|index| {
-                let (sender, receiver) = mpsc::channel(settings.queue_depth.max(1));
+                let queue = Arc::new(Queue::new(settings.queue_depth));
                 let slot = Slot {
                     target: target.clone(),
                     settings: settings.clone(),
                     dialer: dialer.clone(),
                     node: status.clone(),
                     index,
-                    requeue: sender.downgrade(),
+                    queue: queue.clone(),
                 };
                 if index < configured {
-                    tokio::spawn(supervise(slot, receiver));
+                    tokio::spawn(supervise(slot));
                 } else {
-                    tokio::spawn(supervise_extra(slot, receiver));
+                    tokio::spawn(supervise_extra(slot));
                 }
-                sender
+                queue
             })
             .collect();
         Node {
@@ -200,9 +215,7 @@ impl Node {
     /// reply still to come may carry a take-back (its caller gave up), and
     /// a take-back may be queued; either needs the connection open.
     fn owes_nothing(&self) -> bool {
-        self.queues
-            .iter()
-            .all(|queue| queue.capacity() == queue.max_capacity())
+        self.queues.iter().all(|queue| queue.is_empty())
             && self
                 .status
                 .slots
@@ -260,22 +273,25 @@ impl Node {
         commands: Commands,
         delivery: Delivery,
     ) -> Result<Replies, StoreError> {
-        let (_, answer) = self.send(commands, delivery)?;
+        let (_, answer) = self.send(commands, delivery, None)?;
         answer
             .await
             .unwrap_or_else(|_| Err(ended_without_answering()))
     }
 
     /// Send `commands`, some of which are `additions`, and wait for their
-    /// replies. A caller that stops waiting is not counted: if it goes
-    /// after the replies reached it, it takes the additions back itself
-    /// (see [`Unclaimed`]); if before, the reader does.
+    /// replies, until `deadline` if one is given: then the timeout error
+    /// (see [`sweep`]). A caller that stops waiting, or runs out of time,
+    /// is not counted: if it goes after the replies reached it, it takes
+    /// the additions back itself (see [`Unclaimed`]); if before, the
+    /// reader does.
     pub async fn call_counted(
         &self,
         commands: Commands,
         additions: Additions<'_>,
+        deadline: Option<CallDeadline>,
     ) -> Result<Replies, StoreError> {
-        let (index, answer) = self.send(commands, Delivery::UndoIfUnclaimed)?;
+        let (index, answer) = self.send(commands, Delivery::UndoIfUnclaimed, deadline)?;
         Unclaimed {
             answer: Some(answer),
             additions,
@@ -289,27 +305,28 @@ impl Node {
         &self,
         commands: Commands,
         delivery: Delivery,
+        deadline: Option<CallDeadline>,
     ) -> Result<(usize, oneshot::Receiver<Answer>), StoreError> {
         let index = self.route(delivery)?;
         let (reply, answer) = oneshot::channel();
-        let request = Request {
-            commands,
-            delivery,
-            reply: Some(reply),
-        };
+        let mut request = Request::new(commands, delivery, Some(reply));
+        if let Some(deadline) = deadline {
+            request.deadline_us =
+                micros(deadline.at.saturating_duration_since(self.status.clock.0));
+            request.timeout_ms = u32::try_from(deadline.timeout.as_millis()).unwrap_or(u32::MAX);
+        }
         if delivery == Delivery::Always {
             // A take-back is not refused for a full queue (see
-            // `send_even_if_full`): it is queued now, or as soon as there is
-            // room, whether or not its caller still waits.
-            reader::send_even_if_full(&self.queues[index], request);
+            // `push_even_if_full`), whether or not its caller still waits.
+            self.queues[index].push_even_if_full(request);
         } else {
             self.queues[index]
-                .try_send(request)
-                .map_err(|error| match error {
-                    mpsc::error::TrySendError::Full(_) => {
+                .push(request)
+                .map_err(|refused| match refused {
+                    Refused::Full => {
                         StoreError::Overloaded("the connection's queue is full".to_owned())
                     }
-                    mpsc::error::TrySendError::Closed(_) => {
+                    Refused::Closed => {
                         StoreError::Unreachable("the connection is closed".to_owned())
                     }
                 })?;

@@ -8,9 +8,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::io::{AsyncRead, AsyncReadExt};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
-use super::queue::{Delivery, Request, fail_unsent};
+use super::queue::{Delivery, Queue, Request};
 use super::signal::Signal;
 use super::{Commands, Replies, SlotStatus};
 use crate::store::memcached::wire::{self, Command, Reply};
@@ -33,38 +33,7 @@ pub(super) fn take_back_of<'a>(
             _ => None,
         })
         .collect();
-    (!commands.is_empty()).then_some(Request {
-        commands,
-        delivery: Delivery::Always,
-        reply: None,
-    })
-}
-
-/// Queue a request that must happen (a take-back): at once when there is
-/// room, else by a task that waits for room. The queue is bounded for the
-/// callers' requests; a take-back is owed for one of those, already
-/// written, so waiting adds no unbounded work, while failing it would
-/// leave a cost counted that nobody was told about.
-pub(super) fn send_even_if_full(queue: &mpsc::Sender<Request>, request: Request) {
-    let request = match queue.try_send(request) {
-        Ok(()) => return,
-        Err(mpsc::error::TrySendError::Full(request)) => request,
-        Err(mpsc::error::TrySendError::Closed(request)) => {
-            fail_unsent(request, "the connection's queue is closed");
-            return;
-        }
-    };
-    match tokio::runtime::Handle::try_current() {
-        Ok(runtime) => {
-            let queue = queue.clone();
-            runtime.spawn(async move {
-                if let Err(unsent) = queue.send(request).await {
-                    fail_unsent(unsent.0, "the connection's queue is closed");
-                }
-            });
-        }
-        Err(_) => fail_unsent(request, "the connection's queue is full, outside a runtime"),
-    }
+    (!commands.is_empty()).then(|| Request::new(commands, Delivery::Always, None))
 }
 
 /// A written request and where its replies start.
@@ -162,7 +131,7 @@ pub(super) async fn read_loop<R: AsyncRead + Unpin>(
     mut read: R,
     shared: Arc<Shared>,
     mut stopped: oneshot::Receiver<()>,
-    requeue: mpsc::WeakSender<Request>,
+    requeue: Arc<Queue>,
 ) -> Result<(), String> {
     let mut buffer: Vec<u8> = Vec::with_capacity(64 * 1024);
     let mut start = 0;
@@ -256,23 +225,26 @@ fn check_pairing(
     }
 }
 
-/// Hand a request its replies. If its caller is gone and the request
-/// asked for it, the additions that were applied are taken back: nobody
-/// was told they were counted. (A caller that goes after the replies
-/// reached it takes them back itself: see `Node::call_counted`.)
-fn complete(entry: InFlight, replies: Replies, requeue: &mpsc::WeakSender<Request>) {
-    let Some(reply) = entry.request.reply else {
-        return;
-    };
-    let Err(unclaimed) = reply.send(Ok(replies)) else {
-        return;
+/// Hand a request its replies. If its caller is gone, or was told its
+/// time ran out (see `sweep`), and the request asked for it, the
+/// additions that were applied are taken back: nobody was told they were
+/// counted. (A caller that goes after the replies reached it takes them
+/// back itself: see `Node::call_counted`.)
+fn complete(entry: InFlight, replies: Replies, requeue: &Queue) {
+    let replies = match entry.request.reply {
+        Some(reply) => match reply.send(Ok(replies)) {
+            Ok(()) => return,
+            Err(unclaimed) => match unclaimed {
+                Ok(replies) => replies,
+                Err(_) => return,
+            },
+        },
+        // Answered by the sweep: its caller was told it ran out.
+        None => replies,
     };
     if entry.request.delivery != Delivery::UndoIfUnclaimed {
         return;
     }
-    let Ok(replies) = unclaimed else {
-        return;
-    };
     let pairs = entry
         .request
         .commands
@@ -280,18 +252,7 @@ fn complete(entry: InFlight, replies: Replies, requeue: &mpsc::WeakSender<Reques
         .map(Command::addition)
         .zip(&replies);
     if let Some(take_back) = take_back_of(pairs) {
-        queue_take_back(requeue, take_back);
-    }
-}
-
-/// Queue a take-back on the connection slot's queue, if the node is still
-/// there to take it.
-fn queue_take_back(queue: &mpsc::WeakSender<Request>, take_back: Request) {
-    match queue.upgrade() {
-        Some(queue) => send_even_if_full(&queue, take_back),
-        None => {
-            tracing::warn!("could not take back the additions of a request whose caller gave up");
-        }
+        requeue.push_even_if_full(take_back);
     }
 }
 
@@ -300,24 +261,24 @@ mod tests {
     use super::*;
 
     fn take_back() -> Request {
-        Request {
-            commands: std::iter::once(Command::Noop).collect(),
-            delivery: Delivery::Always,
-            reply: None,
-        }
+        Request::new(
+            std::iter::once(Command::Noop).collect(),
+            Delivery::Always,
+            None,
+        )
     }
 
     /// A take-back owed when the queue is full (a burst of callers filled
-    /// it) is queued as soon as there is room, not dropped.
-    #[tokio::test]
-    async fn a_take_back_waits_for_room_in_a_full_queue() {
-        let (queue, mut receiver) = mpsc::channel(1);
-        queue.try_send(take_back()).unwrap();
-        send_even_if_full(&queue, take_back());
-        assert!(receiver.recv().await.is_some());
-        let owed = tokio::time::timeout(std::time::Duration::from_secs(10), receiver.recv())
-            .await
-            .expect("the take-back never reached the queue");
-        assert!(owed.is_some_and(|request| request.delivery == Delivery::Always));
+    /// it) is queued all the same, not dropped.
+    #[test]
+    fn a_take_back_is_queued_in_a_full_queue() {
+        let queue = Queue::new(1);
+        assert!(queue.push(take_back()).is_ok());
+        assert!(
+            queue.push(take_back()).is_err(),
+            "a caller's request is refused"
+        );
+        queue.push_even_if_full(take_back());
+        assert_eq!(queue.lock().requests.len(), 2);
     }
 }

@@ -50,6 +50,12 @@ impl Signal {
         }
     }
 
+    /// Takes the flag down without waiting: what it asked for is being
+    /// done now, and only a raise from here on is news.
+    pub(super) fn lower(&self) {
+        self.raised.store(false, Ordering::SeqCst);
+    }
+
     /// Once the flag is raised; takes it down.
     pub(super) fn taken<'a>(&'a self, waiting: &'a mut Waiting) -> Taken<'a> {
         Taken {

@@ -7,11 +7,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 use super::health::{self, Calm, Phase, State};
-use super::queue::{Request, WriterEnd, fail_unsent, write_loop};
-use super::reader::{Shared, fail_written, read_loop, send_even_if_full};
+use super::queue::Queue;
+use super::reader::{Shared, fail_written, read_loop};
+use super::signal::Waiting;
+use super::sweep::Sweeper;
+use super::writer::{WriterEnd, write_loop};
 use super::{NodeStatus, Redial, Settings, SlotStatus, Target};
 use crate::store::memcached::dial::{Dialer, Stream};
 
@@ -33,9 +36,9 @@ pub(super) struct Slot {
     pub(super) dialer: Arc<Dialer>,
     pub(super) node: Arc<NodeStatus>,
     pub(super) index: usize,
-    /// Its own queue, for the undo of an outcome nobody claimed; weak, so
-    /// the node's end is seen when the node drops its senders.
-    pub(super) requeue: mpsc::WeakSender<Request>,
+    /// Its queue, the slot's across its connections; closed when the node
+    /// is dropped.
+    pub(super) queue: Arc<Queue>,
 }
 
 impl Slot {
@@ -76,13 +79,7 @@ impl Slot {
         if calm.observe(closable, self.node.clock.now_us(), hold) {
             status.set_phase(Phase::Closing);
         }
-        let drained = || {
-            shared.in_flight().is_empty()
-                && self
-                    .requeue
-                    .upgrade()
-                    .is_none_or(|queue| queue.capacity() == queue.max_capacity())
-        };
+        let drained = || shared.in_flight().is_empty() && self.queue.is_empty();
         if status.phase() == Phase::Closing && drained() {
             shared.retire.raise();
         }
@@ -119,15 +116,16 @@ impl std::fmt::Display for Ended {
 
 /// A configured connection slot: dial, serve until the connection drops,
 /// fail what was pending, back off, dial again; until the node is dropped.
-pub(super) async fn supervise(slot: Slot, mut queue: mpsc::Receiver<Request>) {
+pub(super) async fn supervise(slot: Slot) {
     let addr = &slot.target.addr;
+    let mut sweeper = Sweeper::new(slot.node.clock);
     let mut backoff = BACKOFF_FIRST;
     loop {
-        let stream = match slot.dial().await {
+        let stream = match sweeping(slot.dial(), &mut sweeper, &slot.queue).await {
             Ok(stream) => stream,
             Err(why) => {
                 tracing::debug!(%addr, %why, "dial failed");
-                if !wait_out(&mut queue, backoff, &why).await {
+                if !wait_out(&slot.queue, backoff, &why).await {
                     return;
                 }
                 backoff = (backoff * 2).min(BACKOFF_LAST);
@@ -137,16 +135,15 @@ pub(super) async fn supervise(slot: Slot, mut queue: mpsc::Receiver<Request>) {
         };
         let connected_at = Instant::now();
         tracing::debug!(%addr, "connected to memcached");
-        let Some((ended, returned)) = serve(stream, queue, None, &slot).await else {
+        let Some(ended) = serve(stream, &slot, &mut sweeper).await else {
             return;
         };
-        queue = returned;
         tracing::warn!(%addr, reason = %ended, "memcached connection dropped; pending requests failed");
         if connected_at.elapsed() > HEALTHY_AFTER {
             backoff = BACKOFF_FIRST;
         }
         let why = format!("connection to {addr} dropped: {ended}");
-        if !wait_out(&mut queue, backoff, &why).await {
+        if !wait_out(&slot.queue, backoff, &why).await {
             return;
         }
         backoff = (backoff * 2).min(BACKOFF_LAST);
@@ -158,31 +155,32 @@ pub(super) async fn supervise(slot: Slot, mut queue: mpsc::Receiver<Request>) {
 /// request, then dialled and served until the node no longer needs it (or
 /// it fails); then at rest again. A dial that fails fails what waits for
 /// it: the configured connections are the ones that retry.
-pub(super) async fn supervise_extra(slot: Slot, mut queue: mpsc::Receiver<Request>) {
+pub(super) async fn supervise_extra(slot: Slot) {
     let addr = &slot.target.addr;
     let status = slot.status().clone();
+    let mut sweeper = Sweeper::new(slot.node.clock);
+    let mut arrived = Waiting::default();
     loop {
-        let Some(first) = queue.recv().await else {
-            return;
-        };
+        while slot.queue.is_empty() {
+            if slot.queue.is_closed() {
+                return;
+            }
+            slot.queue.arrived.taken(&mut arrived).await;
+        }
         status.set_phase(Phase::Dialling);
-        let stream = match slot.dial().await {
+        let stream = match sweeping(slot.dial(), &mut sweeper, &slot.queue).await {
             Ok(stream) => stream,
             Err(why) => {
                 tracing::debug!(%addr, %why, "dial of an extra connection failed");
-                fail_unsent(first, &why);
-                while let Ok(request) = queue.try_recv() {
-                    fail_unsent(request, &why);
-                }
+                slot.queue.fail_all(&why);
                 status.set_phase(Phase::Idle);
                 continue;
             }
         };
         tracing::debug!(%addr, "extra connection to memcached, the others being overdue");
-        let Some((ended, returned)) = serve(stream, queue, Some(first), &slot).await else {
+        let Some(ended) = serve(stream, &slot, &mut sweeper).await else {
             return;
         };
-        queue = returned;
         status.set_phase(Phase::Idle);
         match ended {
             Ended::Retired => tracing::debug!(%addr, "extra connection closed"),
@@ -191,54 +189,56 @@ pub(super) async fn supervise_extra(slot: Slot, mut queue: mpsc::Receiver<Reques
     }
 }
 
-/// Sit out a backoff, failing at once whatever is queued meanwhile. False
-/// when the node is gone.
-async fn wait_out(queue: &mut mpsc::Receiver<Request>, backoff: Duration, why: &str) -> bool {
-    let until = tokio::time::sleep(backoff);
-    tokio::pin!(until);
+/// `future`'s output, the slot's deadline sweep kept meanwhile (a dial:
+/// requests queue while it lasts).
+async fn sweeping<F: Future>(future: F, sweeper: &mut Sweeper, queue: &Queue) -> F::Output {
+    let mut future = std::pin::pin!(future);
     loop {
         tokio::select! {
+            output = &mut future => return output,
+            () = sweeper.due(queue) => sweeper.sweep(queue, None),
+        }
+    }
+}
+
+/// Sit out a backoff, failing at once whatever is queued meanwhile. False
+/// when the node is gone.
+async fn wait_out(queue: &Queue, backoff: Duration, why: &str) -> bool {
+    let until = tokio::time::sleep(backoff);
+    tokio::pin!(until);
+    let mut arrived = Waiting::default();
+    loop {
+        if !queue.fail_all(why) {
+            return false;
+        }
+        tokio::select! {
             () = &mut until => return true,
-            request = queue.recv() => match request {
-                Some(request) => fail_unsent(request, why),
-                None => return false,
-            },
+            () = queue.arrived.taken(&mut arrived) => {}
         }
     }
 }
 
 /// Serve one connection until it ends; then fail everything still in
-/// flight and hand the queue back, or `None` when the node was dropped.
-async fn serve(
-    stream: Stream,
-    queue: mpsc::Receiver<Request>,
-    first: Option<Request>,
-    slot: &Slot,
-) -> Option<(Ended, mpsc::Receiver<Request>)> {
+/// flight, or `None` when the node was dropped.
+async fn serve(stream: Stream, slot: &Slot, sweeper: &mut Sweeper) -> Option<Ended> {
     slot.status().set_phase(Phase::Up);
     let served = match stream {
         // A TCP stream splits into halves that need no lock between them.
         Stream::Plain(tcp) => {
             let (read, write) = tcp.into_split();
-            serve_halves(read, write, queue, first, slot).await
+            serve_halves(read, write, slot, sweeper).await
         }
         #[cfg(feature = "tls")]
         Stream::Tls(tls) => {
             let (read, write) = tokio::io::split(*tls);
-            serve_halves(read, write, queue, first, slot).await
+            serve_halves(read, write, slot, sweeper).await
         }
     };
     slot.status().set_phase(Phase::Dialling);
     served
 }
 
-async fn serve_halves<R, W>(
-    read: R,
-    write: W,
-    queue: mpsc::Receiver<Request>,
-    first: Option<Request>,
-    slot: &Slot,
-) -> Option<(Ended, mpsc::Receiver<Request>)>
+async fn serve_halves<R, W>(read: R, write: W, slot: &Slot, sweeper: &mut Sweeper) -> Option<Ended>
 where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
@@ -254,12 +254,11 @@ where
         read,
         shared.clone(),
         reader_stopped,
-        slot.requeue.clone(),
+        slot.queue.clone(),
     ));
     let mut writer = tokio::spawn(write_loop(
         write,
-        queue,
-        first,
+        slot.queue.clone(),
         shared.clone(),
         writer_stopped,
         slot.settings.namespace.clone(),
@@ -269,7 +268,7 @@ where
     let mut calm = Calm::default();
     watchdog.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // The first of the three ways to end; the other two tasks are then
-    // stopped and awaited, so the queue always comes back.
+    // stopped and awaited.
     enum First {
         Reader(Ended),
         Writer(Result<WriterEnd, tokio::task::JoinError>),
@@ -286,11 +285,12 @@ where
             _ = watchdog.tick() => if let Some(ended) = slot.watch(&shared, &mut calm) {
                 break First::Watchdog(ended);
             },
+            () = sweeper.due(&slot.queue) => sweeper.sweep(&slot.queue, Some(&shared)),
         }
     };
     let _ = stop_reader.send(());
     let _ = stop_writer.send(());
-    let (ended, mut writer_end) = match first_end {
+    let (ended, writer_end) = match first_end {
         First::Reader(ended) => (ended, writer.await),
         First::Writer(Ok(end)) if end.retired => {
             let _ = reader.await;
@@ -317,21 +317,8 @@ where
     for entry in pending {
         fail_written(entry, &why);
     }
-    if let Ok(end) = &mut writer_end {
-        for request in std::mem::take(&mut end.unsent) {
-            match &ended {
-                // Taken just as the extra was drained: it goes out on the
-                // slot's next connection (a take-back among them must).
-                Ended::Retired => match slot.requeue.upgrade() {
-                    Some(queue) => send_even_if_full(&queue, request),
-                    None => fail_unsent(request, &why),
-                },
-                Ended::Failed(_) | Ended::Stalled(_) => fail_unsent(request, &why),
-            }
-        }
-    }
     match writer_end {
-        Ok(end) if !end.node_dropped => Some((ended, end.queue)),
+        Ok(end) if !end.node_dropped => Some(ended),
         Ok(_) => None,
         Err(error) => {
             tracing::error!(addr = %slot.target.addr, %error, "memcached writer task failed; connection slot closed");

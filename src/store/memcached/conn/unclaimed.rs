@@ -5,10 +5,10 @@
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 use super::ended_without_answering;
-use super::queue::Request;
+use super::queue::Queue;
 use super::reader::{self, Answer};
 use crate::store::CounterKey;
 
@@ -34,7 +34,7 @@ pub(super) struct Unclaimed<'a> {
     /// `None` once taken.
     pub(super) answer: Option<oneshot::Receiver<Answer>>,
     pub(super) additions: Additions<'a>,
-    pub(super) queue: &'a mpsc::Sender<Request>,
+    pub(super) queue: &'a Queue,
 }
 
 impl Future for Unclaimed<'_> {
@@ -69,7 +69,7 @@ impl Drop for Unclaimed<'_> {
             .map(|&counter| Some((counter, amount)))
             .zip(replies.iter().skip(first_reply));
         if let Some(take_back) = reader::take_back_of(pairs) {
-            reader::send_even_if_full(self.queue, take_back);
+            self.queue.push_even_if_full(take_back);
         }
     }
 }
