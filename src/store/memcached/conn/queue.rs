@@ -114,12 +114,22 @@ pub(super) struct Queued {
     closed: bool,
 }
 
-/// What [`Queue::take_batch`] found.
-pub(super) enum Taken {
-    Some,
+/// What a queue holds (or [`Queue::take_batch`] took).
+pub(super) enum Contents {
+    Requests,
     Empty,
     /// Closed, and nothing left in it.
     Ended,
+}
+
+impl Queued {
+    fn contents(&self) -> Contents {
+        match (self.requests.is_empty(), self.closed) {
+            (false, _) => Contents::Requests,
+            (true, false) => Contents::Empty,
+            (true, true) => Contents::Ended,
+        }
+    }
 }
 
 impl Queue {
@@ -144,7 +154,7 @@ impl Queue {
     /// Queue a caller's request; refused (and dropped) when the queue is
     /// full, so the failure mode decides instead of a queue without bound.
     pub(super) fn push(&self, request: Request) -> Result<(), Refused> {
-        let deadline_us = request.deadline_us;
+        let (deadline_us, timeout_ms) = (request.deadline_us, request.timeout_ms);
         {
             let mut queued = self.lock();
             if queued.closed {
@@ -156,7 +166,7 @@ impl Queue {
             queued.requests.push_back(request);
         }
         self.arrived.raise();
-        self.deadlines.waiting(deadline_us);
+        self.deadlines.waiting(deadline_us, timeout_ms);
         Ok(())
     }
 
@@ -192,7 +202,7 @@ impl Queue {
 
     /// The requests of the next write, oldest first, up to
     /// `max_commands` (a request of more goes alone).
-    pub(super) fn take_batch(&self, batch: &mut Vec<Request>, max_commands: usize) -> Taken {
+    pub(super) fn take_batch(&self, batch: &mut Vec<Request>, max_commands: usize) -> Contents {
         let mut queued = self.lock();
         let mut commands = 0;
         while let Some(next) = queued.requests.front() {
@@ -203,11 +213,15 @@ impl Queue {
             commands += more;
             batch.extend(queued.requests.pop_front());
         }
-        match (batch.is_empty(), queued.closed) {
-            (false, _) => Taken::Some,
-            (true, false) => Taken::Empty,
-            (true, true) => Taken::Ended,
+        if batch.is_empty() {
+            queued.contents()
+        } else {
+            Contents::Requests
         }
+    }
+
+    pub(super) fn contents(&self) -> Contents {
+        self.lock().contents()
     }
 
     /// Fail everything queued (the slot cannot send it); true while the

@@ -118,7 +118,7 @@ impl std::fmt::Display for Ended {
 /// fail what was pending, back off, dial again; until the node is dropped.
 pub(super) async fn supervise(slot: Slot) {
     let addr = &slot.target.addr;
-    let mut sweeper = Sweeper::new(slot.node.clock);
+    let mut sweeper = Sweeper::new(slot.node.clock, slot.watch_period());
     let mut backoff = BACKOFF_FIRST;
     loop {
         let stream = match sweeping(slot.dial(), &mut sweeper, &slot.queue).await {
@@ -158,7 +158,7 @@ pub(super) async fn supervise(slot: Slot) {
 pub(super) async fn supervise_extra(slot: Slot) {
     let addr = &slot.target.addr;
     let status = slot.status().clone();
-    let mut sweeper = Sweeper::new(slot.node.clock);
+    let mut sweeper = Sweeper::new(slot.node.clock, slot.watch_period());
     let mut arrived = Waiting::default();
     loop {
         while slot.queue.is_empty() {

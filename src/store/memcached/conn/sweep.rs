@@ -12,9 +12,16 @@
 //! instructions at 256 callers, callgrind), though nearly every call is
 //! answered long before its deadline.
 //!
-//! The timer is set to what the sweep found; a request that starts
-//! waiting with an earlier deadline than that (a check's later call, with
-//! less time left) wakes the sweep to look again.
+//! The timer is set to the earliest deadline the sweep found, and never
+//! further than a horizon: the shortest timeout a request has brought (or
+//! the slot's watch period, if shorter). A request that starts waiting
+//! with an earlier deadline than the timer's (the first one, or a check's
+//! later call, with less time left) wakes the sweep to look again. Without
+//! the horizon, a sweep that found nothing waiting left the timer far off,
+//! and every request's deadline came before it: with one caller, whose
+//! request is answered before the woken sweep looks, that was a wake-up
+//! of the slot's task per check (library, 1 caller: 24 -> 36-40 µs of CPU
+//! a check).
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,10 +37,13 @@ use super::signal::{Signal, Waiting};
 /// When the sweep looks next, and how to make it look sooner.
 pub(super) struct Deadlines {
     /// The deadline the sweep's timer is set to, in the node's
-    /// microseconds; [`NO_DEADLINE`] while none is set or a sweep is
-    /// under way, so that any request that starts waiting then wakes it.
+    /// microseconds; [`NO_DEADLINE`] before the first sweep and while one
+    /// is under way, so that any request that starts waiting then wakes it.
     next_us: AtomicU64,
     sooner: Signal,
+    /// The shortest timeout of a request that woke the sweep, in
+    /// microseconds: the furthest the timer is set from a sweep.
+    shortest_timeout_us: AtomicU64,
 }
 
 impl Default for Deadlines {
@@ -41,6 +51,7 @@ impl Default for Deadlines {
         Deadlines {
             next_us: AtomicU64::new(NO_DEADLINE),
             sooner: Signal::default(),
+            shortest_timeout_us: AtomicU64::new(NO_DEADLINE),
         }
     }
 }
@@ -50,8 +61,11 @@ impl Deadlines {
     /// queue, or the FIFO of written requests): wake the sweep if its
     /// timer is set later. SeqCst against the sweep's own store: either
     /// the sweep saw the request, or this sees what the sweep set.
-    pub(super) fn waiting(&self, deadline_us: u64) {
+    pub(super) fn waiting(&self, deadline_us: u64, timeout_ms: u32) {
         if deadline_us != NO_DEADLINE && deadline_us < self.next_us.load(Ordering::SeqCst) {
+            let timeout_us = u64::from(timeout_ms).saturating_mul(1_000).max(1);
+            self.shortest_timeout_us
+                .fetch_min(timeout_us, Ordering::Relaxed);
             self.sooner.raise();
         }
     }
@@ -66,19 +80,25 @@ impl Deadlines {
 /// [`Deadlines::sooner`].
 pub(super) struct Sweeper {
     timer: Pin<Box<Sleep>>,
-    /// Whether the timer is set: nothing with a deadline waits otherwise.
+    /// Whether the timer is set: from the first sweep on.
     set: bool,
     waiting: Waiting,
     clock: NodeClock,
+    /// The furthest the timer is set from a sweep, in microseconds, unless
+    /// a request brought a shorter timeout.
+    horizon_us: u64,
 }
 
 impl Sweeper {
-    pub(super) fn new(clock: NodeClock) -> Sweeper {
+    pub(super) fn new(clock: NodeClock, horizon: Duration) -> Sweeper {
         Sweeper {
             timer: Box::pin(tokio::time::sleep(Duration::ZERO)),
             set: false,
             waiting: Waiting::default(),
             clock,
+            horizon_us: u64::try_from(horizon.as_micros())
+                .unwrap_or(u64::MAX)
+                .max(1),
         }
     }
 
@@ -100,7 +120,7 @@ impl Sweeper {
 
     /// Answer every request of the slot whose caller's time is up, queued
     /// or written (`written`: the connection's FIFO, while one is up), and
-    /// set the timer to the earliest deadline left.
+    /// set the timer to the earliest deadline left, or the horizon.
     pub(super) fn sweep(&mut self, queue: &Queue, written: Option<&Shared>) {
         let deadlines = &queue.deadlines;
         // What raised the flag before now is seen by this look; what
@@ -108,7 +128,10 @@ impl Sweeper {
         deadlines.sooner.lower();
         deadlines.next_us.store(NO_DEADLINE, Ordering::SeqCst);
         let now_us = self.clock.now_us();
-        let mut earliest = NO_DEADLINE;
+        let horizon_us = self
+            .horizon_us
+            .min(deadlines.shortest_timeout_us.load(Ordering::Relaxed));
+        let mut earliest = now_us.saturating_add(horizon_us);
         // Answered once the locks are let go: an answer wakes its caller.
         let mut ran_out: Vec<Request> = Vec::new();
         {
@@ -148,11 +171,9 @@ impl Sweeper {
             );
         }
         deadlines.next_us.store(earliest, Ordering::SeqCst);
-        self.set = earliest != NO_DEADLINE;
-        if self.set {
-            let at = self.clock.0 + Duration::from_micros(earliest);
-            self.timer.as_mut().reset(at.into());
-        }
+        let at = self.clock.0 + Duration::from_micros(earliest);
+        self.timer.as_mut().reset(at.into());
+        self.set = true;
     }
 }
 
@@ -170,6 +191,8 @@ mod tests {
     use crate::store::memcached::conn::{Commands, SlotStatus};
     use crate::store::memcached::wire::Command;
 
+    const TIMEOUT_MS: u32 = 5_000;
+
     fn counted(deadline_us: u64) -> (Request, oneshot::Receiver<Answer>) {
         let (reply, answer) = oneshot::channel();
         let mut request = Request::new(
@@ -178,7 +201,7 @@ mod tests {
             Some(reply),
         );
         request.deadline_us = deadline_us;
-        request.timeout_ms = 50;
+        request.timeout_ms = TIMEOUT_MS;
         (request, answer)
     }
 
@@ -192,7 +215,7 @@ mod tests {
     }
 
     fn ran_out(answer: &mut oneshot::Receiver<Answer>) -> bool {
-        matches!(answer.try_recv(), Ok(Err(StoreError::Timeout(50))))
+        matches!(answer.try_recv(), Ok(Err(StoreError::Timeout(ms))) if ms == u64::from(TIMEOUT_MS))
     }
 
     /// Queued or written, a request whose time is up is answered so: the
@@ -202,18 +225,18 @@ mod tests {
     #[tokio::test]
     async fn a_request_out_of_time_is_answered_where_it_waits() {
         let clock = NodeClock(Instant::now() - Duration::from_secs(10));
-        let hour_us = 3_600_000_000;
+        let soon_us = clock.now_us() + 2_000_000;
         let queue = Queue::new(8);
         let shared = Shared::new(Arc::new(SlotStatus::new(false)));
         let (late_queued, mut late_queued_answer) = counted(1_000);
-        let (queued, mut queued_answer) = counted(2 * hour_us);
+        let (queued, mut queued_answer) = counted(soon_us + 60_000_000);
         assert!(queue.push(late_queued).is_ok() && queue.push(queued).is_ok());
         let (late_written, mut late_written_answer) = counted(2_000);
-        let (in_time, mut in_time_answer) = counted(hour_us);
+        let (in_time, mut in_time_answer) = counted(soon_us);
         shared.in_flight().push_back(written(late_written));
         shared.in_flight().push_back(written(in_time));
 
-        let mut sweeper = Sweeper::new(clock);
+        let mut sweeper = Sweeper::new(clock, Duration::from_secs(3600));
         sweeper.sweep(&queue, Some(&shared));
 
         assert!(ran_out(&mut late_queued_answer) && ran_out(&mut late_written_answer));
@@ -223,8 +246,30 @@ mod tests {
         assert!(fifo[0].request.reply.is_none() && fifo[1].request.reply.is_some());
         drop(fifo);
         assert!(queued_answer.try_recv().is_err() && in_time_answer.try_recv().is_err());
-        assert_eq!(queue.deadlines.next_us.load(Ordering::SeqCst), hour_us);
+        assert_eq!(queue.deadlines.next_us.load(Ordering::SeqCst), soon_us);
         assert!(sweeper.set);
+    }
+
+    /// With nothing waiting, the timer is set no further than the
+    /// shortest timeout the requests brought: the next request's deadline
+    /// (its timeout away) then falls after it, and wakes nothing.
+    #[tokio::test]
+    async fn with_nothing_waiting_the_timer_is_set_a_timeout_away() {
+        let clock = NodeClock(Instant::now());
+        let queue = Queue::new(8);
+        let mut sweeper = Sweeper::new(clock, Duration::from_secs(3600));
+        let (request, _answer) = counted(clock.now_us() + 1_000_000);
+        assert!(
+            queue.push(request).is_ok(),
+            "the first request wakes the sweep"
+        );
+        assert!(poll_once(sweeper.due(&queue)));
+        queue.lock().requests.clear();
+        let before_us = clock.now_us();
+        sweeper.sweep(&queue, None);
+        let next_us = queue.deadlines.next_us.load(Ordering::SeqCst);
+        let timeout_us = u64::from(TIMEOUT_MS) * 1_000;
+        assert!(next_us >= before_us + timeout_us && next_us <= clock.now_us() + timeout_us);
     }
 
     /// A request that starts waiting with a deadline before the one the
@@ -233,28 +278,27 @@ mod tests {
     async fn only_an_earlier_deadline_wakes_the_sweep() {
         let clock = NodeClock(Instant::now());
         let queue = Queue::new(8);
-        let mut sweeper = Sweeper::new(clock);
-        let (request, _answer) = counted(clock.now_us() + 60_000_000);
+        let mut sweeper = Sweeper::new(clock, Duration::from_secs(3600));
+        let (request, _answer) = counted(clock.now_us() + 3_000_000);
         assert!(queue.push(request).is_ok());
         sweeper.sweep(&queue, None);
-        let looks_again = |sweeper: &mut Sweeper| futures_lite_poll(sweeper.due(&queue));
-        assert!(!looks_again(&mut sweeper), "nothing new: it waits");
-        let (later, _later_answer) = counted(clock.now_us() + 120_000_000);
+        assert!(!poll_once(sweeper.due(&queue)), "nothing new: it waits");
+        let (later, _later_answer) = counted(clock.now_us() + 4_000_000);
         assert!(queue.push(later).is_ok());
         assert!(
-            !looks_again(&mut sweeper),
+            !poll_once(sweeper.due(&queue)),
             "a later deadline waits its turn"
         );
         let (sooner, _sooner_answer) = counted(clock.now_us() + 1_000_000);
         assert!(queue.push(sooner).is_ok());
         assert!(
-            looks_again(&mut sweeper),
+            poll_once(sweeper.due(&queue)),
             "an earlier deadline is looked at"
         );
     }
 
     /// Whether `future` is ready at its first poll.
-    fn futures_lite_poll<F: Future>(future: F) -> bool {
+    fn poll_once<F: Future>(future: F) -> bool {
         let mut future = std::pin::pin!(future);
         let mut context = std::task::Context::from_waker(std::task::Waker::noop());
         future.as_mut().poll(&mut context).is_ready()
