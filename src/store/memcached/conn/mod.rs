@@ -20,14 +20,15 @@
 //! | [`unclaimed`] | a counted request's wait, which takes its additions back if its caller gives up |
 //!
 //! The stream stays in step whatever the callers do:
-//! - a request whose caller stopped waiting before it was written is not
-//!   sent at all, so the counters are untouched;
-//! - a request whose caller stopped waiting after it was written keeps its
-//!   place: its replies are read and dropped in order. If they carry
-//!   additions that were applied, the additions are taken back (by the
-//!   reader, or by the caller's [`Unclaimed`] wait if the replies reached
-//!   it first), so Memcached counts only what a caller was told was
-//!   counted;
+//! - a request whose caller stopped waiting (or whose deadline passed)
+//!   before it was written is not sent at all, so the counters are
+//!   untouched;
+//! - a request whose caller stopped waiting (or whose deadline passed)
+//!   after it was written keeps its place: its replies are read and
+//!   dropped in order. If they carry additions that were applied, the
+//!   additions are taken back (by the reader, or by the caller's
+//!   [`Unclaimed`] wait if the replies reached it first), so Memcached
+//!   counts only what a caller was told was counted;
 //! - every command carries an opaque token that the reply must echo, so a
 //!   reply can never be paired with the wrong command;
 //! - a parse error, EOF, a write error, or a reply overdue beyond the stall

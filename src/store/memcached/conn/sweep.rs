@@ -136,16 +136,26 @@ impl Sweeper {
         let mut ran_out: Vec<Request> = Vec::new();
         {
             let mut queued = queue.lock();
-            let mut index = 0;
-            while index < queued.requests.len() {
-                let request = &queued.requests[index];
-                if request.expired_at(now_us) {
-                    ran_out.extend(queued.requests.remove(index));
-                } else {
-                    if request.reply.is_some() {
-                        earliest = earliest.min(request.deadline_us);
+            // Rebuilt only when something ran out, in one pass: a stalled
+            // slot's queue holds thousands, and taking each out in place
+            // would move the rest every time.
+            if queued
+                .requests
+                .iter()
+                .any(|request| request.expired_at(now_us))
+            {
+                let all = std::mem::take(&mut queued.requests);
+                for request in all {
+                    if request.expired_at(now_us) {
+                        ran_out.push(request);
+                    } else {
+                        queued.requests.push_back(request);
                     }
-                    index += 1;
+                }
+            }
+            for request in &queued.requests {
+                if request.reply.is_some() {
+                    earliest = earliest.min(request.deadline_us);
                 }
             }
         }
