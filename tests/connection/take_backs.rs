@@ -68,11 +68,7 @@ async fn a_failed_rollback_leaves_the_cost_counted() {
 async fn an_addition_whose_caller_gave_up_is_taken_back_whoever_holds_its_replies() {
     let memcached = Memcached::start();
     let proxy = CountingProxy::start(memcached.addr()).await;
-    let store = store(proxy.addr.clone(), Duration::from_secs(2)).await;
-    wait_for("the store to answer", PATIENCE, || async {
-        store.ping().await.is_ok()
-    })
-    .await;
+    let store = answering_store(&proxy).await;
     let scenario = GiveUp {
         memcached: &memcached,
         proxy: &proxy,
@@ -97,11 +93,7 @@ async fn a_counted_call_is_answered_at_its_deadline_and_its_addition_taken_back(
     let proxy = CountingProxy::start(memcached.addr()).await;
     // The call timeout (the overdue bound) and its stall bound far off:
     // only the call's own deadline is under test.
-    let store = store(proxy.addr.clone(), Duration::from_secs(2)).await;
-    wait_for("the store to answer", PATIENCE, || async {
-        store.ping().await.is_ok()
-    })
-    .await;
+    let store = answering_store(&proxy).await;
     let scenario = GiveUp {
         memcached: &memcached,
         proxy: &proxy,
@@ -136,6 +128,16 @@ async fn a_counted_call_is_answered_at_its_deadline_and_its_addition_taken_back(
     })
     .await;
     proxy.delay_replies(0);
+}
+
+/// A store through `proxy` (a call timeout of 2 s), once it answers.
+async fn answering_store(proxy: &CountingProxy) -> Arc<MemcachedStore> {
+    let store = store(proxy.addr.clone(), Duration::from_secs(2)).await;
+    wait_for("the store to answer", PATIENCE, || async {
+        store.ping().await.is_ok()
+    })
+    .await;
+    store
 }
 
 /// When a caller gives up: before its replies come, or after they reached

@@ -89,43 +89,27 @@ pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
         // A write already out brings its replies within a round trip; until
         // then the next batch gathers in the queue (see WRITES_IN_FLIGHT),
         // where callers are refused once it is full: a silent node holds
-        // at most a write and a queue.
-        if shared.writes_out.load(Ordering::Acquire) >= WRITES_IN_FLIGHT {
-            // Waiting for the answer only when something waits to go: else
-            // the reader's raise woke the writer for nothing, beside the
-            // caller it answered, and tokio, finding two tasks woken at
-            // once, woke the other worker for one of them (1 caller: two
-            // futex calls and two context switches a check, 24 -> 36-44 µs
-            // of CPU a check). A request's arrival is the news then.
-            match queue.contents() {
-                Contents::Ended => return WriterEnd::node_dropped(),
-                Contents::Empty => tokio::select! {
-                    biased;
-                    _ = &mut stopped => return WriterEnd::stopped(),
-                    () = shared.retire.taken(&mut retire_waiting) => {
-                        if retirable(&shared, &queue) {
-                            return WriterEnd::retired();
-                        }
-                    }
-                    () = queue.arrived.taken(&mut arrived_waiting) => {}
-                },
-                Contents::Requests => tokio::select! {
-                    biased;
-                    _ = &mut stopped => return WriterEnd::stopped(),
-                    () = shared.write_answered.taken(&mut answered_waiting) => {}
-                },
-            }
-            continue;
-        }
-        // Whatever is queued goes at once. The writer does not yield first
-        // to let more callers queue theirs: tokio defers a yielded task
-        // until its worker next polls the I/O driver, behind every task
-        // runnable then, and on a hot key that task's write is what a
-        // whole gathered batch waits for (without the yield: one hot key
-        // 1.31M -> 1.84M checks/s, one caller 19k -> 26k).
-        match queue.take_batch(&mut batch, MAX_BATCH_COMMANDS) {
-            Contents::Requests => {}
+        // at most a write and a queue. With none out, whatever is queued
+        // goes at once. The writer does not yield first to let more
+        // callers queue theirs: tokio defers a yielded task until its
+        // worker next polls the I/O driver, behind every task runnable
+        // then, and on a hot key that task's write is what a whole
+        // gathered batch waits for (without the yield: one hot key 1.31M
+        // -> 1.84M checks/s, one caller 19k -> 26k).
+        let write_out = shared.writes_out.load(Ordering::Acquire) >= WRITES_IN_FLIGHT;
+        let contents = if write_out {
+            queue.contents()
+        } else {
+            queue.take_batch(&mut batch, MAX_BATCH_COMMANDS)
+        };
+        match contents {
             Contents::Ended => return WriterEnd::node_dropped(),
+            // A request's arrival is the news, not an answer: waiting for
+            // the answer with nothing queued, the reader's raise woke the
+            // writer for nothing beside the caller it answered, and tokio,
+            // finding two tasks woken at once, woke the other worker for
+            // one of them (1 caller: two futex calls and two context
+            // switches a check, 24 -> 36-44 µs of CPU a check).
             Contents::Empty => {
                 tokio::select! {
                     biased;
@@ -139,6 +123,15 @@ pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
                 }
                 continue;
             }
+            Contents::Requests if write_out => {
+                tokio::select! {
+                    biased;
+                    _ = &mut stopped => return WriterEnd::stopped(),
+                    () = shared.write_answered.taken(&mut answered_waiting) => {}
+                }
+                continue;
+            }
+            Contents::Requests => {}
         }
         let written_us = clock.now_us();
         // Its caller gave up before it was sent, or its time ran out: it
@@ -249,6 +242,25 @@ mod tests {
         Request::new(vec![Command::Noop].into_iter().collect(), delivery, None)
     }
 
+    /// The writer of `queue` on `client`, and what stops it.
+    fn start(
+        client: tokio::io::DuplexStream,
+        queue: &Arc<Queue>,
+        shared: &Arc<Shared>,
+        clock: NodeClock,
+    ) -> (tokio::task::JoinHandle<WriterEnd>, oneshot::Sender<()>) {
+        let (stop, stopped) = oneshot::channel();
+        let writer = tokio::spawn(write_loop(
+            client,
+            queue.clone(),
+            shared.clone(),
+            stopped,
+            Arc::from("ns"),
+            clock,
+        ));
+        (writer, stop)
+    }
+
     /// What the writer wrote next; a writer that writes nothing fails the
     /// test instead of hanging it.
     async fn written(server: &mut tokio::io::DuplexStream, bytes: &mut [u8]) -> usize {
@@ -266,17 +278,14 @@ mod tests {
         let (client, mut server) = tokio::io::duplex(64 * 1024);
         let queue = Arc::new(Queue::new(8));
         let shared = Arc::new(Shared::new(Arc::new(SlotStatus::new(true))));
-        let (_stop, stopped) = oneshot::channel();
         queue.push_even_if_full(noop(Delivery::Always));
         shared.retire.raise();
-        let writer = tokio::spawn(write_loop(
+        let (writer, _stop) = start(
             client,
-            queue.clone(),
-            shared.clone(),
-            stopped,
-            Arc::from("ns"),
+            &queue,
+            &shared,
             NodeClock(std::time::Instant::now()),
-        ));
+        );
         let mut bytes = [0u8; 64];
         let read = written(&mut server, &mut bytes).await;
         assert_eq!(&bytes[..read], b"mn\r\n", "the queued take-back is written");
@@ -318,15 +327,7 @@ mod tests {
         late.timeout_ms = 7;
         assert!(queue.push(late).is_ok());
         assert!(queue.push(noop(Delivery::Always)).is_ok());
-        let (_stop, stopped) = oneshot::channel();
-        let _writer = tokio::spawn(write_loop(
-            client,
-            queue,
-            shared,
-            stopped,
-            Arc::from("ns"),
-            clock,
-        ));
+        let (_writer, _stop) = start(client, &queue, &shared, clock);
         let mut bytes = [0u8; 64];
         let read = written(&mut server, &mut bytes).await;
         assert_eq!(
@@ -348,16 +349,13 @@ mod tests {
         let (client, mut server) = tokio::io::duplex(64 * 1024);
         let queue = Arc::new(Queue::new(8));
         let shared = Arc::new(Shared::new(Arc::new(SlotStatus::new(false))));
-        let (_stop, stopped) = oneshot::channel();
         assert!(queue.push(noop(Delivery::Plain)).is_ok());
-        let writer = tokio::spawn(write_loop(
+        let (writer, _stop) = start(
             client,
-            queue.clone(),
-            shared.clone(),
-            stopped,
-            Arc::from("ns"),
+            &queue,
+            &shared,
             NodeClock(std::time::Instant::now()),
-        ));
+        );
         let mut bytes = [0u8; 64];
         written(&mut server, &mut bytes).await;
         assert_eq!(shared.writes_out.load(Ordering::SeqCst), 1);
