@@ -172,20 +172,19 @@ impl Queue {
 
     /// Queue a request that must happen (a take-back) even past the
     /// bound: one is owed only for a request already written, of which a
-    /// connection holds at most two writes, so this adds no unbounded
+    /// connection has one write out at a time, so this adds no unbounded
     /// work, while refusing it would leave counted a cost that nobody was
     /// told about.
     pub(super) fn push_even_if_full(&self, request: Request) {
-        {
-            let mut queued = self.lock();
-            if !queued.closed {
-                queued.requests.push_back(request);
-                drop(queued);
-                self.arrived.raise();
-                return;
-            }
+        let mut queued = self.lock();
+        if queued.closed {
+            drop(queued);
+            fail_unsent(request, "the connection's queue is closed");
+            return;
         }
-        fail_unsent(request, "the connection's queue is closed");
+        queued.requests.push_back(request);
+        drop(queued);
+        self.arrived.raise();
     }
 
     pub(super) fn is_empty(&self) -> bool {
@@ -235,9 +234,5 @@ impl Queue {
             fail_unsent(request, why);
         }
         open
-    }
-
-    pub(super) fn is_closed(&self) -> bool {
-        self.lock().closed
     }
 }

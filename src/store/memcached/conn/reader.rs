@@ -232,15 +232,12 @@ fn check_pairing(
 /// back itself: see `Node::call_counted`.)
 fn complete(entry: InFlight, replies: Replies, requeue: &Queue) {
     let replies = match entry.request.reply {
-        Some(reply) => match reply.send(Ok(replies)) {
-            Ok(()) => return,
-            Err(unclaimed) => match unclaimed {
-                Ok(replies) => replies,
-                Err(_) => return,
-            },
-        },
         // Answered by the sweep: its caller was told it ran out.
         None => replies,
+        Some(reply) => match reply.send(Ok(replies)) {
+            Ok(()) | Err(Err(_)) => return,
+            Err(Ok(unclaimed)) => unclaimed,
+        },
     };
     if entry.request.delivery != Delivery::UndoIfUnclaimed {
         return;

@@ -1,14 +1,16 @@
-//! A flag one task raises and the connection's writer takes, waking it if
-//! it waits: what tokio's `Notify` did for "a write was answered" and
-//! "you may retire", without its cost where the writer looks.
+//! A flag any task raises and one waiter takes, waking it if it waits:
+//! what tokio's `Notify` did for the connection's writer ("a write was
+//! answered", "you may retire"), without its cost where the waiter looks;
+//! also "a request arrived" (the writer, or the slot while no connection
+//! is up) and "look at the deadlines sooner" (the slot's sweep).
 //!
-//! The writer looks at both at every turn of its loop. A `Notify` is
+//! The writer looks at its flags at every turn of its loop. A `Notify` is
 //! waited on through a new `Notified` each time, which takes the notifier's
 //! lock to queue itself and again to leave when another branch wins; here
-//! a look is a swap of the flag, and the writer's waker is stored (under
+//! a look is a swap of the flag, and the waiter's waker is stored (under
 //! a lock) only when it is not the one stored already, which for a task's
 //! whole life is once. Raising takes the lock to wake the waker only while
-//! the writer waits for this flag.
+//! the waiter waits for this flag.
 
 use std::future::Future;
 use std::pin::Pin;

@@ -10,7 +10,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::oneshot;
 
 use super::health::{self, Calm, Phase, State};
-use super::queue::Queue;
+use super::queue::{Contents, Queue};
 use super::reader::{Shared, fail_written, read_loop};
 use super::signal::Waiting;
 use super::sweep::Sweeper;
@@ -161,11 +161,12 @@ pub(super) async fn supervise_extra(slot: Slot) {
     let mut sweeper = Sweeper::new(slot.node.clock, slot.watch_period());
     let mut arrived = Waiting::default();
     loop {
-        while slot.queue.is_empty() {
-            if slot.queue.is_closed() {
-                return;
+        loop {
+            match slot.queue.contents() {
+                Contents::Requests => break,
+                Contents::Empty => slot.queue.arrived.taken(&mut arrived).await,
+                Contents::Ended => return,
             }
-            slot.queue.arrived.taken(&mut arrived).await;
         }
         status.set_phase(Phase::Dialling);
         let stream = match sweeping(slot.dial(), &mut sweeper, &slot.queue).await {

@@ -30,7 +30,7 @@ use std::time::Duration;
 use tokio::time::Sleep;
 
 use super::NodeClock;
-use super::queue::{NO_DEADLINE, Queue, Request};
+use super::queue::{NO_DEADLINE, Queue};
 use super::reader::Shared;
 use super::signal::{Signal, Waiting};
 
@@ -79,9 +79,8 @@ impl Deadlines {
 /// The slot's sweep: its timer, and its place as the waiter of
 /// [`Deadlines::sooner`].
 pub(super) struct Sweeper {
+    /// Set at each sweep; first a horizon away.
     timer: Pin<Box<Sleep>>,
-    /// Whether the timer is set: from the first sweep on.
-    set: bool,
     waiting: Waiting,
     clock: NodeClock,
     /// The furthest the timer is set from a sweep, in microseconds, unless
@@ -91,30 +90,25 @@ pub(super) struct Sweeper {
 
 impl Sweeper {
     pub(super) fn new(clock: NodeClock, horizon: Duration) -> Sweeper {
+        let horizon_us = u64::try_from(horizon.as_micros())
+            .unwrap_or(u64::MAX)
+            .max(1);
         Sweeper {
-            timer: Box::pin(tokio::time::sleep(Duration::ZERO)),
-            set: false,
+            timer: Box::pin(tokio::time::sleep(Duration::from_micros(horizon_us))),
             waiting: Waiting::default(),
             clock,
-            horizon_us: u64::try_from(horizon.as_micros())
-                .unwrap_or(u64::MAX)
-                .max(1),
+            horizon_us,
         }
     }
 
     /// Once the timer fires or a request with an earlier deadline starts
     /// waiting.
     pub(super) async fn due(&mut self, queue: &Queue) {
-        let Sweeper {
-            timer,
-            set,
-            waiting,
-            ..
-        } = self;
+        let Sweeper { timer, waiting, .. } = self;
         tokio::select! {
             biased;
             () = queue.deadlines.sooner.taken(waiting) => {}
-            () = timer.as_mut(), if *set => {}
+            () = timer.as_mut() => {}
         }
     }
 
@@ -132,37 +126,21 @@ impl Sweeper {
             .horizon_us
             .min(deadlines.shortest_timeout_us.load(Ordering::Relaxed));
         let mut earliest = now_us.saturating_add(horizon_us);
-        // Answered once the locks are let go: an answer wakes its caller.
-        let mut ran_out: Vec<Request> = Vec::new();
-        {
-            let mut queued = queue.lock();
-            // Rebuilt only when something ran out, in one pass: a stalled
-            // slot's queue holds thousands, and taking each out in place
-            // would move the rest every time.
-            if queued
-                .requests
-                .iter()
-                .any(|request| request.expired_at(now_us))
-            {
-                let all = std::mem::take(&mut queued.requests);
-                for request in all {
-                    if request.expired_at(now_us) {
-                        ran_out.push(request);
-                    } else {
-                        queued.requests.push_back(request);
-                    }
-                }
+        // One pass each. A queued request that ran out is taken out, never
+        // sent; a written one keeps its place for its replies.
+        queue.lock().requests.retain_mut(|request| {
+            if request.expired_at(now_us) {
+                request.answer_ran_out();
+                return false;
             }
-            for request in &queued.requests {
-                if request.reply.is_some() {
-                    earliest = earliest.min(request.deadline_us);
-                }
+            if request.reply.is_some() {
+                earliest = earliest.min(request.deadline_us);
             }
-        }
+            true
+        });
         let mut answered_written = 0;
         if let Some(shared) = written {
-            let mut fifo = shared.in_flight();
-            for entry in fifo.iter_mut() {
+            for entry in shared.in_flight().iter_mut() {
                 if entry.request.expired_at(now_us) {
                     entry.request.answer_ran_out();
                     answered_written += 1;
@@ -170,9 +148,6 @@ impl Sweeper {
                     earliest = earliest.min(entry.request.deadline_us);
                 }
             }
-        }
-        for mut request in ran_out {
-            request.answer_ran_out();
         }
         if answered_written > 0 {
             tracing::debug!(
@@ -183,7 +158,6 @@ impl Sweeper {
         deadlines.next_us.store(earliest, Ordering::SeqCst);
         let at = self.clock.0 + Duration::from_micros(earliest);
         self.timer.as_mut().reset(at.into());
-        self.set = true;
     }
 }
 
@@ -196,7 +170,7 @@ mod tests {
 
     use super::*;
     use crate::store::StoreError;
-    use crate::store::memcached::conn::queue::Delivery;
+    use crate::store::memcached::conn::queue::{Delivery, Request};
     use crate::store::memcached::conn::reader::{Answer, InFlight};
     use crate::store::memcached::conn::{Commands, SlotStatus};
     use crate::store::memcached::wire::Command;
@@ -257,7 +231,10 @@ mod tests {
         drop(fifo);
         assert!(queued_answer.try_recv().is_err() && in_time_answer.try_recv().is_err());
         assert_eq!(queue.deadlines.next_us.load(Ordering::SeqCst), soon_us);
-        assert!(sweeper.set);
+        assert_eq!(
+            sweeper.timer.deadline(),
+            (clock.0 + Duration::from_micros(soon_us)).into()
+        );
     }
 
     /// With nothing waiting, the timer is set no further than the
