@@ -6,7 +6,7 @@
 use smallvec::SmallVec;
 
 use crate::policy::{Limit, Policy};
-use crate::store::{BatchCounts, CounterBatch, CounterKey, Counters, KeyDigest};
+use crate::store::{BatchCounts, CallDeadline, CounterBatch, CounterKey, Counters, KeyDigest};
 use crate::window::Counting;
 
 /// One limit's counters before a request, oldest first: inline up to
@@ -79,19 +79,21 @@ impl Layout {
 }
 
 /// The store's work for one call: read the older counters and add
-/// `cost` to the current ones (or, when nothing is counted, read them).
+/// `cost` to the current ones (or, when nothing is counted, read them),
+/// by `deadline` when the store keeps it (see `Limiter::store_deadline`).
 pub(super) fn batch(
     layouts: &[Layout],
     cost: u64,
     counting: Counting,
     now_ms: u64,
+    deadline: Option<CallDeadline>,
 ) -> CounterBatch {
     let mut batch = CounterBatch {
         reads: Counters::new(),
         adds: Counters::new(),
         amount: cost,
         now_ms,
-        deadline: None,
+        deadline,
     };
     for layout in layouts {
         batch.reads.extend(layout.older());
@@ -164,7 +166,7 @@ mod tests {
         );
         assert_eq!((near.before_epoch, near.len()), (3, 5));
 
-        let batch = batch(&[near], 1, Counting::IfAdmitted, 1_500);
+        let batch = batch(&[near], 1, Counting::IfAdmitted, 1_500, None);
         assert_eq!(batch.reads.len(), 1);
         let found = BatchCounts {
             read: [7].into_iter().collect(),

@@ -64,8 +64,13 @@ impl<S: Store> Limiter<S> {
         deadline: Deadline,
     ) -> Reread {
         let layouts = counters::layouts(digest, policy, now_ms);
-        let mut batch = counters::batch(&layouts, cost, Counting::Never, now_ms);
-        batch.deadline = self.store_deadline(deadline);
+        let batch = counters::batch(
+            &layouts,
+            cost,
+            Counting::Never,
+            now_ms,
+            self.store_deadline(deadline),
+        );
         let Ok(found) = self.timed_read_and_add(deadline, &batch).await else {
             return Reread::StoreFailed;
         };

@@ -72,10 +72,13 @@ impl<S: Store> Limiter<S> {
         };
         let mut attempt = 1;
         let decisions = loop {
-            let mut groups = groups(items, &decided, counting, now_ms);
-            for group in &mut groups {
-                group.batch.deadline = self.store_deadline(deadline);
-            }
+            let groups = groups(
+                items,
+                &decided,
+                counting,
+                now_ms,
+                self.store_deadline(deadline),
+            );
             let error = match self
                 .decide_groups(deadline, items, &groups, counting, false)
                 .await

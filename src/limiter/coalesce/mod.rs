@@ -190,8 +190,13 @@ impl<S: Store> Limiter<S> {
                 Counting::IfAdmitted | Counting::Always => costs.iter().sum(),
             };
             let layouts = counters::layouts(digest, policy, now_ms);
-            let mut batch = counters::batch(&layouts, adding, counting, now_ms);
-            batch.deadline = self.store_deadline(deadline);
+            let batch = counters::batch(
+                &layouts,
+                adding,
+                counting,
+                now_ms,
+                self.store_deadline(deadline),
+            );
             let counts = match self.timed_read_and_add(deadline, &batch).await {
                 Ok(found) => counters::counts_before(&layouts, &batch, found),
                 Err(error) => {
@@ -363,7 +368,7 @@ impl<S: Store> Limiter<S> {
     ) -> Result<Decision, CheckError> {
         let now_ms = check.now_ms;
         let layouts = counters::layouts(check.digest, policy, now_ms);
-        let batch = counters::batch(&layouts, check.cost, check.counting, now_ms);
+        let batch = counters::batch(&layouts, check.cost, check.counting, now_ms, None);
         self.fall_back(error, policy, &layouts, &batch, check.counting, now_ms)
             .await
     }

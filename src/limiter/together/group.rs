@@ -4,7 +4,7 @@
 use super::super::counters::{self, Counts, Layout, layout};
 use super::Item;
 use crate::limiter::Decision;
-use crate::store::{CounterBatch, KeyDigest};
+use crate::store::{CallDeadline, CounterBatch, KeyDigest};
 use crate::window::Counting;
 
 /// The batch of one item (a group of one: the decision code reads the same
@@ -52,12 +52,14 @@ impl Group {
     }
 }
 
-/// The undecided items, one batch each.
+/// The undecided items, one batch each, by `deadline` when the store
+/// keeps it.
 pub(super) fn groups(
     items: &[Item<'_>],
     decided: &[Option<Decision>],
     counting: Counting,
     now_ms: u64,
+    deadline: Option<CallDeadline>,
 ) -> Vec<Group> {
     (0..items.len())
         .filter(|&index| decided[index].is_none())
@@ -75,7 +77,7 @@ pub(super) fn groups(
                         .map(move |limit| layout(digest, limit, now_ms))
                 })
                 .collect();
-            let batch = counters::batch(&layouts, cost, counting, now_ms);
+            let batch = counters::batch(&layouts, cost, counting, now_ms, deadline);
             Group {
                 items: indices,
                 layouts,
