@@ -262,3 +262,62 @@ async fn an_endless_stall_answers_in_time_with_bounded_connections_and_memory() 
         "memory grew from {rss_after_warm_up} KiB to {rss_at_end} KiB"
     );
 }
+
+/// Every stall is met like the first: the extra connection dialled for the
+/// first one closes once the stall is over, and is dialled again for the
+/// next, whose checks are answered within the timeout as the first's were
+/// (an extra once woke only the first time it was needed: the next stall's
+/// checks routed to it waited forever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_stall_is_met_like_the_first() {
+    let memcached = Memcached::start();
+    let proxy = Arc::new(CountingProxy::start(memcached.addr()).await);
+    let store = store_behind(&proxy, 1, TIMEOUT).await;
+    let limiter = Arc::new(Limiter::builder(store.clone()).timeout(TIMEOUT).build());
+    let policy = per_minute(1_000_000);
+    // A check that has not ended by now waits on nothing that will come.
+    let hung = Duration::from_secs(5);
+    let check = |what: String| {
+        let (limiter, policy) = (limiter.clone(), policy.clone());
+        async move {
+            tokio::time::timeout(hung, limiter.check(&what, &policy, 1))
+                .await
+                .unwrap_or_else(|_| panic!("{what} was not answered in {hung:?}"))
+                .unwrap()
+        }
+    };
+    for stall in 1..=2 {
+        proxy.delay_replies(ENDLESS_STALL_MS);
+        // Until the extra connection is open, and ten checks after.
+        let mut after_extra = 0;
+        for index in 0.. {
+            check(format!("stall {stall}, check {index}")).await;
+            if proxy.open_connections() == 2 {
+                after_extra += 1;
+            }
+            if after_extra == 10 {
+                break;
+            }
+            assert!(
+                index < 1_000,
+                "stall {stall}: no extra connection was dialled"
+            );
+        }
+        proxy.delay_replies(0);
+        let mut index = 0;
+        wait_for("the extra connection closed", PATIENCE, || {
+            index += 1;
+            let check = check(format!("after stall {stall}, check {index}"));
+            let proxy = proxy.clone();
+            async move {
+                check.await;
+                proxy.open_connections() == 1
+            }
+        })
+        .await;
+    }
+    assert_eq!(
+        check("after both stalls".to_owned()).await.source,
+        Source::Store
+    );
+}

@@ -8,13 +8,16 @@
 //! waited on through a new `Notified` each time, which takes the notifier's
 //! lock to queue itself and again to leave when another branch wins; here
 //! a look is a swap of the flag, and the waiter's waker is stored (under
-//! a lock) only when it is not the one stored already, which for a task's
-//! whole life is once. Raising takes the lock to wake the waker only while
-//! the waiter waits for this flag.
+//! a lock) only when the one stored is not its own, which for a task's
+//! whole life is once while it is the only waiter. Waiters may take turns
+//! (an extra slot at rest, then its connection's writer, then the slot
+//! again): each store is numbered, so a waiter back after another stores
+//! its waker again. Raising takes the lock to wake the waker only while the
+//! waiter waits for this flag.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::task::{Context, Poll, Waker};
 
@@ -26,11 +29,16 @@ pub(super) struct Signal {
     armed: AtomicBool,
     /// The waiter's waker, once it has waited.
     waiter: Mutex<Option<Waker>>,
+    /// How many wakers were stored in `waiter`: the number of the one there.
+    stores: AtomicU64,
 }
 
-/// What the one waiter of a [`Signal`] keeps: the waker it stored last.
+/// What a waiter of a [`Signal`] keeps: the waker it stored last, and that
+/// store's number.
 #[derive(Default)]
-pub(super) struct Waiting(Option<Waker>);
+pub(super) struct Waiting {
+    stored: Option<(Waker, u64)>,
+}
 
 impl Signal {
     /// Raises the flag (kept until taken, however often it is raised) and
@@ -79,14 +87,15 @@ impl Future for Taken<'_> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let signal = self.signal;
-        let stored = &mut self.waiting.0;
-        if !stored
-            .as_ref()
-            .is_some_and(|stored| stored.will_wake(cx.waker()))
-        {
-            *signal.waiter.lock().unwrap_or_else(PoisonError::into_inner) =
-                Some(cx.waker().clone());
-            *stored = Some(cx.waker().clone());
+        let stored = &mut self.waiting.stored;
+        let in_place = stored.as_ref().is_some_and(|(waker, number)| {
+            *number == signal.stores.load(Ordering::SeqCst) && waker.will_wake(cx.waker())
+        });
+        if !in_place {
+            let mut waiter = signal.waiter.lock().unwrap_or_else(PoisonError::into_inner);
+            *waiter = Some(cx.waker().clone());
+            let number = signal.stores.fetch_add(1, Ordering::SeqCst) + 1;
+            *stored = Some((cx.waker().clone(), number));
         }
         signal.armed.store(true, Ordering::SeqCst);
         if signal.raised.swap(false, Ordering::SeqCst) {
@@ -158,6 +167,47 @@ mod tests {
         signal.raise();
         assert_eq!(woken(), 1);
         assert!(Pin::new(&mut taken).poll(&mut cx).is_ready());
+    }
+
+    /// Waiters take turns (the extra slot at rest, then its connection's
+    /// writer, then the slot again): a waiter that comes back after another
+    /// stored its waker is woken again, though its own waker never changed.
+    #[test]
+    fn a_waiter_back_after_another_is_woken() {
+        let signal = Signal::default();
+        let (slot_wakes, writer_wakes) = (
+            Arc::new(Wakes(std::sync::atomic::AtomicUsize::new(0))),
+            Arc::new(Wakes(std::sync::atomic::AtomicUsize::new(0))),
+        );
+        let (slot_waker, writer_waker) = (
+            Waker::from(slot_wakes.clone()),
+            Waker::from(writer_wakes.clone()),
+        );
+        let mut slot = Waiting::default();
+        let mut slot_cx = Context::from_waker(&slot_waker);
+        let mut taken = signal.taken(&mut slot);
+        assert!(Pin::new(&mut taken).poll(&mut slot_cx).is_pending());
+        drop(taken);
+
+        let mut writer = Waiting::default();
+        let mut taken = signal.taken(&mut writer);
+        assert!(
+            Pin::new(&mut taken)
+                .poll(&mut Context::from_waker(&writer_waker))
+                .is_pending()
+        );
+        drop(taken);
+
+        let mut taken = signal.taken(&mut slot);
+        assert!(Pin::new(&mut taken).poll(&mut slot_cx).is_pending());
+        signal.raise();
+        assert_eq!(
+            slot_wakes.0.load(Ordering::SeqCst),
+            1,
+            "the slot was not woken"
+        );
+        assert_eq!(writer_wakes.0.load(Ordering::SeqCst), 0);
+        assert!(Pin::new(&mut taken).poll(&mut slot_cx).is_ready());
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
