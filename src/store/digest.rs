@@ -71,7 +71,9 @@ impl KeyDigest {
             // A buffer as long as the input needs: zeroing all 1,024 bytes
             // for a key of 20 was a tenth of what digesting it cost.
             ..=SHORT_MAX => KeyDigest::one_shot::<SHORT_MAX>(&prefix, scope, key),
-            ..=ONE_SHOT_MAX => KeyDigest::one_shot::<ONE_SHOT_MAX>(&prefix, scope, key),
+            length if length <= ONE_SHOT_MAX => {
+                KeyDigest::one_shot::<ONE_SHOT_MAX>(&prefix, scope, key)
+            }
             _ => KeyDigest::streamed(&prefix, scope, key),
         }
     }
