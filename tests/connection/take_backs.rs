@@ -130,6 +130,67 @@ async fn a_counted_call_is_answered_at_its_deadline_and_its_addition_taken_back(
     proxy.delay_replies(0);
 }
 
+/// What a late answer owes goes out with the very next write, ahead of
+/// the callers queued meanwhile, so a connection lost while that write is
+/// out loses no take-back. It used to be queued last: behind more than one
+/// write holds, it was still queued when the connection was lost, and was
+/// dropped with the callers' requests, leaving counted what the caller was
+/// told was not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_take_back_goes_out_with_the_next_write_ahead_of_a_full_queue() {
+    const DEADLINE: Duration = Duration::from_millis(100);
+    /// More one-command requests than one write holds (1,024 commands).
+    const QUEUED: usize = 1_100;
+    let memcached = Memcached::start();
+    let proxy = CountingProxy::start(memcached.addr()).await;
+    let mut options = common::memcached_options(vec![proxy.addr.clone()]);
+    // One connection: every request below queues on it.
+    options.connections = 1;
+    let store = Arc::new(MemcachedStore::connect(&options).await.unwrap());
+    wait_for("the store to answer", PATIENCE, || async {
+        store.ping().await.is_ok()
+    })
+    .await;
+    let scenario = GiveUp {
+        memcached: &memcached,
+        proxy: &proxy,
+        store: &store,
+        now: common::today_ms() + 30_000,
+    };
+    proxy.delay_replies(400);
+    let mut swept = scenario.batch_of("swept");
+    swept.deadline = Some(CallDeadline {
+        at: std::time::Instant::now() + DEADLINE,
+        timeout: DEADLINE,
+    });
+    let answer = store.read_and_add(&swept).await;
+    assert!(matches!(answer, Err(StoreError::Timeout(_))), "{answer:?}");
+    // Its write is still out (its replies are late): these queue behind it.
+    let callers: Vec<_> = (0..QUEUED)
+        .map(|index| {
+            let (store, batch) = (store.clone(), scenario.batch_of(&format!("queued-{index}")));
+            tokio::spawn(async move { store.read_and_add(&batch).await })
+        })
+        .collect();
+    // The late replies come; the next write goes out, and reaches memcached.
+    wait_for("the next write to reach memcached", PATIENCE, || async {
+        counter_value(&memcached, &store, "queued-0", scenario.now) == 1
+    })
+    .await;
+    proxy.cut();
+    for caller in callers {
+        let _ = caller.await.unwrap();
+    }
+    proxy.open();
+    proxy.delay_replies(0);
+    wait_for(
+        "the addition to be taken back",
+        Duration::from_secs(5),
+        || async { counter_value(&memcached, &store, "swept", scenario.now) == 0 },
+    )
+    .await;
+}
+
 /// A store through `proxy` (a call timeout of 2 s), once it answers.
 async fn answering_store(proxy: &CountingProxy) -> Arc<MemcachedStore> {
     let store = store(proxy.addr.clone(), Duration::from_secs(2)).await;

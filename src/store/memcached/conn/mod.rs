@@ -162,25 +162,26 @@ impl Node {
             clock: NodeClock(Instant::now()),
             redials,
         });
-        let queues = (0..2 * configured)
-            .map(|index| {
-                let queue = Arc::new(Queue::new(settings.queue_depth));
-                let slot = Slot {
-                    target: target.clone(),
-                    settings: settings.clone(),
-                    dialer: dialer.clone(),
-                    node: status.clone(),
-                    index,
-                    queue: queue.clone(),
-                };
-                if index < configured {
-                    tokio::spawn(supervise(slot));
-                } else {
-                    tokio::spawn(supervise_extra(slot));
-                }
-                queue
-            })
+        let queues: Box<[Arc<Queue>]> = (0..2 * configured)
+            .map(|_| Arc::new(Queue::new(settings.queue_depth)))
             .collect();
+        for (index, queue) in queues.iter().enumerate() {
+            let slot = Slot {
+                target: target.clone(),
+                settings: settings.clone(),
+                dialer: dialer.clone(),
+                node: status.clone(),
+                index,
+                queue: queue.clone(),
+                // An extra's configured counterpart keeps what it owes.
+                keeper: queues[index % configured].clone(),
+            };
+            if index < configured {
+                tokio::spawn(supervise(slot));
+            } else {
+                tokio::spawn(supervise_extra(slot));
+            }
+        }
         Node {
             target,
             queues,
@@ -317,9 +318,10 @@ impl Node {
             request.timeout_ms = u32::try_from(deadline.timeout.as_millis()).unwrap_or(u32::MAX);
         }
         if delivery == Delivery::Always {
-            // A take-back is not refused for a full queue (see
-            // `push_even_if_full`), whether or not its caller still waits.
-            self.queues[index].push_even_if_full(request);
+            // Owed (a rollback): not refused for a full queue, and first
+            // in line (see `push_owed`), whether or not its caller still
+            // waits.
+            self.queues[index].push_owed(request);
         } else {
             self.queues[index]
                 .push(request)

@@ -59,6 +59,12 @@ impl Request {
         }
     }
 
+    /// It must happen whether or not anyone waits for it (a take-back, a
+    /// rollback).
+    pub(super) fn is_owed(&self) -> bool {
+        self.delivery == Delivery::Always
+    }
+
     /// Its caller gave up before it was sent: it is not sent at all.
     pub(super) fn abandoned(&self) -> bool {
         self.delivery != Delivery::Always && self.reply.as_ref().is_some_and(|r| r.is_closed())
@@ -170,19 +176,21 @@ impl Queue {
         Ok(())
     }
 
-    /// Queue a request that must happen (a take-back) even past the
-    /// bound: one is owed only for a request already written, of which a
-    /// connection has one write out at a time, so this adds no unbounded
-    /// work, while refusing it would leave counted a cost that nobody was
-    /// told about.
-    pub(super) fn push_even_if_full(&self, request: Request) {
+    /// Queue a request that must happen (a take-back, a rollback) even
+    /// past the bound, ahead of callers' requests. One is owed only for a
+    /// request already answered, so this adds no unbounded work, while
+    /// refusing it would leave counted a cost that nobody was told about.
+    /// First in line, it goes out with the very next write: behind a full
+    /// queue it could wait for several, and be lost with a connection
+    /// that ended meanwhile.
+    pub(super) fn push_owed(&self, request: Request) {
         let mut queued = self.lock();
         if queued.closed {
             drop(queued);
             fail_unsent(request, "the connection's queue is closed");
             return;
         }
-        queued.requests.push_back(request);
+        queued.requests.push_front(request);
         drop(queued);
         self.arrived.raise();
     }
@@ -223,16 +231,99 @@ impl Queue {
         self.lock().contents()
     }
 
-    /// Fail everything queued (the slot cannot send it); true while the
-    /// node is still there.
+    /// Fail what callers queued (the slot cannot send it now); what is
+    /// owed stays for the slot's next connection, since a take-back or a
+    /// rollback never sent is still owed, unless the node was dropped. True
+    /// while the node is still there.
     pub(super) fn fail_all(&self, why: &str) -> bool {
         let (failed, open) = {
             let mut queued = self.lock();
-            (std::mem::take(&mut queued.requests), !queued.closed)
+            let open = !queued.closed;
+            let all = std::mem::take(&mut queued.requests);
+            let (owed, failed) = all
+                .into_iter()
+                .partition(|request| open && request.is_owed());
+            queued.requests = owed;
+            (failed, open)
         };
         for request in failed {
             fail_unsent(request, why);
         }
         open
+    }
+
+    /// Move what is owed to `keeper`, the queue of a slot that redials
+    /// until the node is dropped: an extra connection that cannot be
+    /// dialled rests until it is needed again, which may be never.
+    pub(super) fn hand_over_owed(&self, keeper: &Queue) {
+        let owed: VecDeque<Request> = {
+            let mut queued = self.lock();
+            let all = std::mem::take(&mut queued.requests);
+            let (owed, others) = all.into_iter().partition(Request::is_owed);
+            queued.requests = others;
+            owed
+        };
+        for request in owed {
+            keeper.push_owed(request);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::memcached::wire::Command;
+
+    fn request(delivery: Delivery) -> (Request, oneshot::Receiver<Answer>) {
+        let (reply, answer) = oneshot::channel();
+        let commands = std::iter::once(Command::Noop).collect();
+        (Request::new(commands, delivery, Some(reply)), answer)
+    }
+
+    fn deliveries(queue: &Queue) -> Vec<Delivery> {
+        queue.lock().requests.iter().map(|r| r.delivery).collect()
+    }
+
+    /// A connection that cannot send fails its callers' requests at once,
+    /// but what is owed waits for the next one: a take-back never sent is
+    /// still owed. Owed requests go ahead of callers' ones.
+    #[test]
+    fn what_is_owed_outlasts_a_failed_connection_and_goes_first() {
+        let queue = Queue::new(8);
+        let (plain, mut plain_answer) = request(Delivery::Plain);
+        assert!(queue.push(plain).is_ok());
+        let (owed, mut owed_answer) = request(Delivery::Always);
+        queue.push_owed(owed);
+        assert_eq!(deliveries(&queue), [Delivery::Always, Delivery::Plain]);
+
+        assert!(queue.fail_all("the connection dropped"));
+        assert!(matches!(
+            plain_answer.try_recv(),
+            Ok(Err(StoreError::Unreachable(_)))
+        ));
+        assert!(owed_answer.try_recv().is_err(), "not answered: still owed");
+        assert_eq!(deliveries(&queue), [Delivery::Always]);
+
+        // The node is dropped: nothing will send it.
+        queue.close();
+        assert!(!queue.fail_all("the node was dropped"));
+        assert!(matches!(
+            owed_answer.try_recv(),
+            Ok(Err(StoreError::Unreachable(_)))
+        ));
+        assert!(queue.is_empty());
+    }
+
+    /// An extra slot that cannot dial hands what it owes to its keeper,
+    /// and keeps its callers' requests (to fail them).
+    #[test]
+    fn only_what_is_owed_is_handed_over() {
+        let (extra, keeper) = (Queue::new(8), Queue::new(8));
+        assert!(extra.push(request(Delivery::UndoIfUnclaimed).0).is_ok());
+        extra.push_owed(request(Delivery::Always).0);
+        assert!(keeper.push(request(Delivery::Plain).0).is_ok());
+        extra.hand_over_owed(&keeper);
+        assert_eq!(deliveries(&extra), [Delivery::UndoIfUnclaimed]);
+        assert_eq!(deliveries(&keeper), [Delivery::Always, Delivery::Plain]);
     }
 }

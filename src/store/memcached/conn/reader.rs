@@ -141,7 +141,14 @@ pub(super) async fn read_loop<R: AsyncRead + Unpin>(
     loop {
         let parsed = take_replies(&shared, &buffer[start..], &mut partial, &mut done);
         for (entry, replies) in done.drain(..) {
+            let ends_write = entry.ends_write;
             complete(entry, replies, &requeue);
+            // Only now may the next write go: with the take-backs this
+            // answer owes in it, not left queued behind it.
+            if ends_write {
+                shared.writes_out.fetch_sub(1, Ordering::AcqRel);
+                shared.write_answered.raise();
+            }
         }
         start += parsed.map_err(|desync| desync.to_string())?;
         if start == buffer.len() {
@@ -190,10 +197,6 @@ fn take_replies(
         if partial.len() == oldest.request.commands.len()
             && let Some(entry) = in_flight.pop_front()
         {
-            if entry.ends_write {
-                shared.writes_out.fetch_sub(1, Ordering::AcqRel);
-                shared.write_answered.raise();
-            }
             done.push((entry, std::mem::take(partial)));
         }
     }
@@ -249,7 +252,7 @@ fn complete(entry: InFlight, replies: Replies, requeue: &Queue) {
         .map(Command::addition)
         .zip(&replies);
     if let Some(take_back) = take_back_of(pairs) {
-        requeue.push_even_if_full(take_back);
+        requeue.push_owed(take_back);
     }
 }
 
@@ -275,7 +278,7 @@ mod tests {
             queue.push(take_back()).is_err(),
             "a caller's request is refused"
         );
-        queue.push_even_if_full(take_back());
+        queue.push_owed(take_back());
         assert_eq!(queue.lock().requests.len(), 2);
     }
 }

@@ -39,6 +39,10 @@ pub(super) struct Slot {
     /// Its queue, the slot's across its connections; closed when the node
     /// is dropped.
     pub(super) queue: Arc<Queue>,
+    /// Where what it owes goes when it cannot send it: its own queue for a
+    /// configured slot, which redials until the node is dropped; a
+    /// configured slot's for an extra.
+    pub(super) keeper: Arc<Queue>,
 }
 
 impl Slot {
@@ -173,6 +177,7 @@ pub(super) async fn supervise_extra(slot: Slot) {
             Ok(stream) => stream,
             Err(why) => {
                 tracing::debug!(%addr, %why, "dial of an extra connection failed");
+                slot.queue.hand_over_owed(&slot.keeper);
                 slot.queue.fail_all(&why);
                 status.set_phase(Phase::Idle);
                 continue;

@@ -69,7 +69,7 @@ impl Drop for Unclaimed<'_> {
             .map(|&counter| Some((counter, amount)))
             .zip(replies.iter().skip(first_reply));
         if let Some(take_back) = reader::take_back_of(pairs) {
-            self.queue.push_even_if_full(take_back);
+            self.queue.push_owed(take_back);
         }
     }
 }

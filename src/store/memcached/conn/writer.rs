@@ -221,14 +221,14 @@ mod tests {
     fn a_batch_is_bounded_by_commands_not_requests() {
         let queue = Queue::new(1_000);
         for _ in 0..MAX_BATCH_COMMANDS / 4 + 1 {
-            queue.push_even_if_full(request(4));
+            assert!(queue.push(request(4)).is_ok());
         }
         assert_eq!(taken(&queue), vec![4; MAX_BATCH_COMMANDS / 4]);
         assert_eq!(taken(&queue), vec![4], "the rest waits for the next write");
         // One request of many counters goes alone, and the next waits.
-        queue.push_even_if_full(request(2));
-        queue.push_even_if_full(request(MAX_BATCH_COMMANDS + 10));
-        queue.push_even_if_full(request(1));
+        for commands in [2, MAX_BATCH_COMMANDS + 10, 1] {
+            assert!(queue.push(request(commands)).is_ok());
+        }
         assert_eq!(taken(&queue), vec![2]);
         assert_eq!(
             taken(&queue),
@@ -278,7 +278,7 @@ mod tests {
         let (client, mut server) = tokio::io::duplex(64 * 1024);
         let queue = Arc::new(Queue::new(8));
         let shared = Arc::new(Shared::new(Arc::new(SlotStatus::new(true))));
-        queue.push_even_if_full(noop(Delivery::Always));
+        queue.push_owed(noop(Delivery::Always));
         shared.retire.raise();
         let (writer, _stop) = start(
             client,
@@ -293,7 +293,7 @@ mod tests {
         // Told again while it is unanswered: it goes on, and writes the next.
         shared.retire.raise();
         tokio::task::yield_now().await;
-        queue.push_even_if_full(noop(Delivery::Always));
+        queue.push_owed(noop(Delivery::Always));
         // Answered (as the reader would): the next write may go out.
         let answered = shared.in_flight().pop_front();
         assert!(answered.is_some());
