@@ -240,3 +240,21 @@ async fn a_check_that_read_its_entry_again_is_answered_by_its_own_deadline() {
     );
     leader.await.unwrap().unwrap();
 }
+
+/// A timeout past any use (a library caller's `Duration::MAX`) is held to
+/// an hour, and a check still decides by the store: no overflow panics in
+/// the deadline, the stall bound or the calm period an extra connection
+/// waits out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endless_timeout_is_held_to_an_hour() {
+    let memcached = common::Memcached::start();
+    let mut options = common::memcached_options(vec![memcached.addr()]);
+    options.timeout = Duration::MAX;
+    let store = MemcachedStore::connect(&options).await.unwrap();
+    let limiter = Limiter::builder(store).timeout(Duration::MAX).build();
+    let policy = Policy::new("api", vec![Limit::new(10, 60_000, 1).unwrap()]).unwrap();
+    for _ in 0..3 {
+        let decision = limiter.check("endless", &policy, 1).await.unwrap();
+        assert_eq!(decision.source, Source::Store);
+    }
+}

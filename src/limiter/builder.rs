@@ -54,9 +54,10 @@ impl<S: Store> LimiterBuilder<S> {
     }
 
     /// How long a check may wait for the store, all its calls together (one
-    /// deadline from its start), before the failure mode decides.
+    /// deadline from its start), before the failure mode decides. Held
+    /// within 1 ms and an hour ([`bounded_timeout`](crate::store::bounded_timeout)).
     pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
+        self.timeout = crate::store::bounded_timeout(timeout);
         self
     }
 

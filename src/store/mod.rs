@@ -51,6 +51,21 @@ const TTL_MARGIN_SECS: u64 = 2;
 /// docs/performance.md).
 pub const DEFAULT_CONNECTIONS: usize = 2;
 
+/// The longest a check may wait for the store (a limiter's timeout, and a
+/// Memcached store's): a longer one is held to it. An hour is far past any
+/// use, and keeps every deadline, stall bound and calm period computed from
+/// a timeout clear of overflow.
+pub const MAX_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3_600);
+
+/// The shortest: a connection's deadline sweep counts in microseconds,
+/// and its timer is set no closer than a timeout away.
+pub const MIN_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// `timeout` held within [`MIN_TIMEOUT`] and [`MAX_TIMEOUT`].
+pub fn bounded_timeout(timeout: std::time::Duration) -> std::time::Duration {
+    timeout.clamp(MIN_TIMEOUT, MAX_TIMEOUT)
+}
+
 /// How often an ElastiCache configuration endpoint is asked for the node
 /// list when no interval is configured (AWS's own clients poll each minute).
 pub const DEFAULT_DISCOVERY_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);

@@ -83,7 +83,8 @@ impl MemcachedStore {
         if options.servers.is_empty() && options.discovery.is_none() {
             return Err(StoreError::Unreachable("no server given".to_owned()));
         }
-        let connect_timeout = options.timeout.max(Duration::from_secs(1));
+        let timeout = crate::store::bounded_timeout(options.timeout);
+        let connect_timeout = timeout.max(Duration::from_secs(1));
         let dialer = Arc::new(
             Dialer::new(connect_timeout, options.tls.as_ref()).map_err(StoreError::Protocol)?,
         );
@@ -91,8 +92,8 @@ impl MemcachedStore {
             namespace: Arc::from(options.namespace.as_str()),
             connections: options.connections.max(1),
             queue_depth: options.queue_depth.max(1),
-            overdue_after: options.timeout,
-            stall_timeout: (options.timeout * 20).max(Duration::from_secs(1)),
+            overdue_after: timeout,
+            stall_timeout: (timeout * 20).max(Duration::from_secs(1)),
         });
         let topology = match &options.discovery {
             Some(_) => Topology::empty(),
@@ -117,7 +118,7 @@ impl MemcachedStore {
         Ok(MemcachedStore {
             cell,
             namespace: options.namespace.clone(),
-            timeout: options.timeout,
+            timeout,
             discovery,
         })
     }

@@ -28,7 +28,8 @@ pub struct MemcachedOptions {
     /// The limiter's bound on each call. The store uses it for `ping`; a
     /// connection whose oldest reply is later than it is overdue and takes
     /// no new requests; and one 20 times as late (at least a second) is
-    /// dropped as stalled.
+    /// dropped as stalled. Held within 1 ms and an hour
+    /// ([`bounded_timeout`](crate::store::bounded_timeout)).
     pub timeout: Duration,
     /// Multiplexed connections per server. Each carries any number of
     /// concurrent requests, so a few are enough. While every one of a
