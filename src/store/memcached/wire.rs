@@ -12,9 +12,12 @@
 //! (on `VA`, `HD`, `EN` and `NF` alike), so the reader can prove that each
 //! reply pairs with the command it takes it for.
 
+use std::ops::Range;
+
 use memcache::exp::{MetaResponse, ReturnCode};
 
-use crate::store::CounterKey;
+use crate::policy::Window;
+use crate::store::{CounterKey, KeyDigest};
 
 /// Memcached reads a TTL above 30 days as an absolute Unix time; a longer
 /// relative TTL would be taken as a date in 1970 and expire at once.
@@ -107,6 +110,13 @@ pub struct Desync(pub String);
 /// Write the wire key of `counter`: `{namespace}:{digest}:{window_ms}.{precision}:{bucket}`.
 /// ASCII with no spaces, at most 64 + 1 + 32 + 1 + 14 + 1 + 4 + 1 + 20 < 250 bytes.
 pub fn write_key(namespace: &str, counter: &CounterKey, buffer: &mut Vec<u8>) {
+    write_key_family(namespace, counter, buffer);
+    write_number(counter.bucket, buffer);
+}
+
+/// A wire key up to its bucket: what every bucket of one key's counters of
+/// one window shares.
+fn write_key_family(namespace: &str, counter: &CounterKey, buffer: &mut Vec<u8>) {
     buffer.extend_from_slice(namespace.as_bytes());
     buffer.push(b':');
     buffer.extend_from_slice(&counter.digest.hex());
@@ -115,7 +125,6 @@ pub fn write_key(namespace: &str, counter: &CounterKey, buffer: &mut Vec<u8>) {
     buffer.push(b'.');
     write_number(u64::from(counter.window.precision()), buffer);
     buffer.push(b':');
-    write_number(counter.bucket, buffer);
 }
 
 /// The clock probe's key: `{namespace}:clock:{expires}`. A counter's key
@@ -136,57 +145,106 @@ pub fn key_string(namespace: &str, counter: &CounterKey) -> String {
 
 /// Append one command with opaque token `opaque`.
 pub fn encode(command: &Command, namespace: &str, opaque: u32, buffer: &mut Vec<u8>) {
-    match command {
-        Command::Read(counter) => {
-            buffer.extend_from_slice(b"mg ");
-            write_key(namespace, counter, buffer);
-            buffer.extend_from_slice(b" v");
-        }
-        Command::Add {
-            counter,
-            amount,
-            ttl,
-        } => {
-            buffer.extend_from_slice(b"ma ");
-            write_key(namespace, counter, buffer);
-            buffer.extend_from_slice(b" N");
-            write_number(u64::from(*ttl), buffer);
-            buffer.extend_from_slice(b" J");
-            write_number(*amount, buffer);
-            buffer.extend_from_slice(b" D");
-            write_number(*amount, buffer);
-            buffer.extend_from_slice(b" v");
-        }
-        Command::Subtract { counter, amount } => {
-            buffer.extend_from_slice(b"ma ");
-            write_key(namespace, counter, buffer);
-            buffer.extend_from_slice(b" MD D");
-            write_number(*amount, buffer);
-            buffer.extend_from_slice(b" v");
-        }
-        Command::Remove(counter) => {
-            buffer.extend_from_slice(b"md ");
-            write_key(namespace, counter, buffer);
-            // `k` echoes the key: the mark by which a delete's `HD` is told
-            // from a bare `HD`, which no other command of ours should get.
-            buffer.extend_from_slice(b" k");
-        }
-        Command::ClockProbe { expires } => {
-            buffer.extend_from_slice(b"ma ");
-            write_probe_key(namespace, *expires, buffer);
-            buffer.extend_from_slice(b" N");
-            write_number(u64::from(*expires), buffer);
-            buffer.extend_from_slice(b" J0 D0 t");
-        }
-        // `mn` takes no flags, so it carries no opaque token.
-        Command::Noop => {
-            buffer.extend_from_slice(b"mn\r\n");
-            return;
+    Encoder::new(namespace, buffer).encode(command, opaque);
+}
+
+/// Writes one write's commands into its buffer. A check's counters of one
+/// limit (its current and previous buckets) share their whole key but the
+/// bucket: after the first, that part is copied from where it was written
+/// instead of written again (the digest in hex, the window in decimal),
+/// which was a fifth of what encoding a check cost.
+pub struct Encoder<'a> {
+    namespace: &'a str,
+    buffer: &'a mut Vec<u8>,
+    /// The last key written: whose it is, and where in the buffer its part
+    /// before the bucket lies. The buffer is only appended to meanwhile.
+    last_family: Option<(KeyDigest, Window, Range<usize>)>,
+}
+
+impl<'a> Encoder<'a> {
+    pub fn new(namespace: &'a str, buffer: &'a mut Vec<u8>) -> Encoder<'a> {
+        Encoder {
+            namespace,
+            buffer,
+            last_family: None,
         }
     }
-    buffer.extend_from_slice(b" O");
-    write_number(u64::from(opaque), buffer);
-    buffer.extend_from_slice(b"\r\n");
+
+    /// Append one command with opaque token `opaque`.
+    pub fn encode(&mut self, command: &Command, opaque: u32) {
+        match command {
+            Command::Read(counter) => {
+                self.buffer.extend_from_slice(b"mg ");
+                self.key(counter);
+                self.buffer.extend_from_slice(b" v");
+            }
+            Command::Add {
+                counter,
+                amount,
+                ttl,
+            } => {
+                self.buffer.extend_from_slice(b"ma ");
+                self.key(counter);
+                self.buffer.extend_from_slice(b" N");
+                write_number(u64::from(*ttl), self.buffer);
+                // The same number twice, formatted once.
+                let mut digits = itoa::Buffer::new();
+                let amount = digits.format(*amount).as_bytes();
+                self.buffer.extend_from_slice(b" J");
+                self.buffer.extend_from_slice(amount);
+                self.buffer.extend_from_slice(b" D");
+                self.buffer.extend_from_slice(amount);
+                self.buffer.extend_from_slice(b" v");
+            }
+            Command::Subtract { counter, amount } => {
+                self.buffer.extend_from_slice(b"ma ");
+                self.key(counter);
+                self.buffer.extend_from_slice(b" MD D");
+                write_number(*amount, self.buffer);
+                self.buffer.extend_from_slice(b" v");
+            }
+            Command::Remove(counter) => {
+                self.buffer.extend_from_slice(b"md ");
+                self.key(counter);
+                // `k` echoes the key: the mark by which a delete's `HD` is
+                // told from a bare `HD`, which no other command of ours
+                // should get.
+                self.buffer.extend_from_slice(b" k");
+            }
+            Command::ClockProbe { expires } => {
+                self.buffer.extend_from_slice(b"ma ");
+                write_probe_key(self.namespace, *expires, self.buffer);
+                self.buffer.extend_from_slice(b" N");
+                write_number(u64::from(*expires), self.buffer);
+                self.buffer.extend_from_slice(b" J0 D0 t");
+            }
+            // `mn` takes no flags, so it carries no opaque token.
+            Command::Noop => {
+                self.buffer.extend_from_slice(b"mn\r\n");
+                return;
+            }
+        }
+        self.buffer.extend_from_slice(b" O");
+        write_number(u64::from(opaque), self.buffer);
+        self.buffer.extend_from_slice(b"\r\n");
+    }
+
+    /// `counter`'s wire key (see [`write_key`]).
+    fn key(&mut self, counter: &CounterKey) {
+        match &self.last_family {
+            Some((digest, window, family))
+                if *digest == counter.digest && *window == counter.window =>
+            {
+                self.buffer.extend_from_within(family.clone());
+            }
+            _ => {
+                let start = self.buffer.len();
+                write_key_family(self.namespace, counter, self.buffer);
+                self.last_family = Some((counter.digest, counter.window, start..self.buffer.len()));
+            }
+        }
+        write_number(counter.bucket, self.buffer);
+    }
 }
 
 /// The TTL to send for a counter that must live `ttl_secs` from `now_ms`.

@@ -151,10 +151,11 @@ pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
         // Each request's first token, in the order they are encoded.
         let mut next_opaque = opaque;
         let mut earliest = (u64::MAX, 0);
+        let mut encoder = wire::Encoder::new(&namespace, &mut buffer);
         for request in &batch {
             earliest = earliest.min((request.deadline_us, request.timeout_ms));
             for command in &request.commands {
-                wire::encode(command, &namespace, opaque, &mut buffer);
+                encoder.encode(command, opaque);
                 opaque = opaque.wrapping_add(1);
             }
         }

@@ -301,3 +301,61 @@ fn the_longest_command_is_written_whole() {
     encode(&Command::Read(counter), &long, 1, &mut buffer);
     assert!(buffer.starts_with(format!("mg {long}:").as_bytes()) && buffer.ends_with(b" v O1\r\n"));
 }
+
+/// A write's encoder copies a key's part before the bucket from the key
+/// before it when they share it: every sequence of commands (of two keys,
+/// two windows and two buckets, of every kind) comes out byte for byte as
+/// the commands written one by one, each with its whole key.
+#[test]
+fn a_batch_encodes_as_its_commands_one_by_one() {
+    let windows = [
+        Window::new(60_000, 1).unwrap(),
+        Window::new(60_000, 10).unwrap(),
+    ];
+    let mut commands = vec![
+        Command::Noop,
+        Command::ClockProbe {
+            expires: 1_800_000_000,
+        },
+    ];
+    for key in ["client-42", "client-43"] {
+        for window in windows {
+            for bucket in [2_950_000, 2_950_001] {
+                let counter = CounterKey {
+                    digest: KeyDigest::of("api", key),
+                    window,
+                    bucket,
+                };
+                commands.extend([
+                    Command::Read(counter),
+                    Command::Add {
+                        counter,
+                        amount: 2,
+                        ttl: 122,
+                    },
+                    Command::Subtract { counter, amount: 2 },
+                    Command::Remove(counter),
+                ]);
+            }
+        }
+    }
+    let mut sequences = 0;
+    for first in &commands {
+        for second in &commands {
+            for third in &commands {
+                let mut batch = Vec::new();
+                let mut encoder = Encoder::new("sg", &mut batch);
+                let mut one_by_one = Vec::new();
+                for (opaque, command) in [first, second, third].into_iter().enumerate() {
+                    encoder.encode(command, opaque as u32);
+                    let mut alone = Vec::new();
+                    encode(command, "sg", opaque as u32, &mut alone);
+                    one_by_one.extend(alone);
+                }
+                assert_eq!(batch, one_by_one, "{first:?}, {second:?}, {third:?}");
+                sequences += 1;
+            }
+        }
+    }
+    assert_eq!(sequences, commands.len().pow(3));
+}
