@@ -104,6 +104,7 @@ pub fn wire_key_bytes(bytes: &[u8]) {
 /// bytes and never more than there are, or refused as out of step.
 pub fn memcached_reply(stream: &[u8]) {
     let mut offset = 0;
+    assert!(wire::readings_agree(stream));
     while let Ok(Some(parsed)) = wire::parse(&stream[offset..]) {
         assert!(parsed.len > 0 && offset + parsed.len <= stream.len());
         offset += parsed.len;

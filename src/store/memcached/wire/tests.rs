@@ -359,3 +359,64 @@ fn a_batch_encodes_as_its_commands_one_by_one() {
     }
     assert_eq!(sequences, commands.len().pow(3));
 }
+
+/// The one-pass reading of a check's usual replies reads what the general
+/// one does, on those replies and on every near miss: other codes, extra
+/// or missing spaces and flags, numbers at and past their bounds, padded
+/// values, and every reply cut short.
+#[test]
+fn the_usual_replies_read_as_any_reply_does() {
+    let mut replies: Vec<Vec<u8>> = Vec::new();
+    let numbers = [
+        "0",
+        "1",
+        "2",
+        "3",
+        "7",
+        "00",
+        "20",
+        "21",
+        "4294967295",
+        "4294967296",
+        "18446744073709551615",
+        "18446744073709551616",
+        "123456789012345678901",
+        "",
+        "x",
+        "-1",
+    ];
+    for code in ["VA", "EN", "NF", "HD", "MN", "va", "VA "] {
+        for length in numbers {
+            for opaque in numbers {
+                for value in ["5", "15", "0  ", " 5", "", "18446744073709551615", "1x"] {
+                    replies.push(format!("{code} {length} O{opaque}\r\n{value}\r\n").into_bytes());
+                }
+                replies.push(format!("{code} O{opaque}\r\n").into_bytes());
+                replies.push(format!("{code}  O{opaque}\r\n").into_bytes());
+                replies.push(format!("{code} {length} O{opaque} t5\r\n5\r\n").into_bytes());
+                replies.push(format!("{code} {length} t5 O{opaque}\r\n5\r\n").into_bytes());
+                replies.push(format!("{code} {length} O{opaque}\n5\r\n").into_bytes());
+                replies.push(format!("{code} {length} {opaque}\r\n5\r\n").into_bytes());
+            }
+        }
+    }
+    let mut usual = 0;
+    for reply in &replies {
+        for end in 0..=reply.len() {
+            let bytes = &reply[..end];
+            if let Some(quick) = parse_usual(bytes) {
+                assert_eq!(
+                    Ok(Some(quick)),
+                    parse_any(bytes),
+                    "{:?}",
+                    String::from_utf8_lossy(bytes)
+                );
+                usual += 1;
+            }
+        }
+    }
+    assert!(
+        usual > 100,
+        "only {usual} replies took the one-pass reading"
+    );
+}
