@@ -267,7 +267,7 @@ impl<S: Store> Limiter<S> {
             Some(coalescer) => self.decide_together(coalescer, policy, arrival).await,
             // Without coalescing, a check is a batch of one.
             None => {
-                self.lead(&mut coalesce::Lead::alone(arrival), policy, arrival)
+                self.lead(&mut coalesce::Lead::alone(), policy, arrival)
                     .await
             }
         }

@@ -107,6 +107,63 @@ async fn without_coalescing_concurrent_refusals_overstate_the_wait() {
     assert!(inexact > 200, "{inexact} of {by_store}");
 }
 
+/// Checks of one key under limits of other values over one window (inline
+/// limits of 1,000 and of 1 an hour, which count in the same counters)
+/// gather apart, and each is decided by its own limits. They used to share
+/// the batch of the first one in flight and be decided by its limits: the
+/// 1-an-hour checks were all admitted, their answers saying 1,000.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checks_under_other_limits_are_decided_by_their_own() {
+    let memcached = Memcached::start();
+    let proxy = CountingProxy::start(memcached.addr()).await;
+    let clock = ManualClock::new(common::today_ms() + 5 * 60_000);
+    let limiter = limiter(store(proxy.addr.clone()).await, &clock, true);
+    let roomy = Arc::new(Policy::inline(vec![Limit::new(1_000, HOUR, 1).unwrap()]).unwrap());
+    let tight = Arc::new(Policy::inline(vec![Limit::new(1, HOUR, 1).unwrap()]).unwrap());
+    // The first exchange is held: what follows gathers behind it.
+    proxy.hold();
+    let mut roomy_checks = common::spawn_checks(&limiter, "user-1", &roomy, 1);
+    proxy.holding_a_request().await;
+    roomy_checks.extend(common::spawn_checks(&limiter, "user-1", &roomy, 1));
+    let gathered = |count| {
+        let limiter = limiter.clone();
+        async move {
+            let started = std::time::Instant::now();
+            while limiter.metrics().coalesced_checks < count {
+                assert!(
+                    started.elapsed() < Duration::from_secs(10),
+                    "never gathered"
+                );
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    };
+    gathered(1).await;
+    let tight_checks = common::spawn_checks(&limiter, "user-1", &tight, 5);
+    // Four behind the first of their own limits (or, as before, all five
+    // behind the roomy one).
+    gathered(5).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    proxy.release();
+    for check in roomy_checks {
+        let decision = check.await.unwrap();
+        assert!(decision.allowed);
+        assert_eq!(decision.limits[0].limit.limit(), 1_000);
+    }
+    let mut admitted = 0;
+    for check in tight_checks {
+        let decision = check.await.unwrap();
+        assert_eq!(decision.limits[0].limit.limit(), 1, "{decision:?}");
+        admitted += usize::from(decision.allowed);
+    }
+    // The first of them to reach the store may find the roomy ones not yet
+    // counted, and pass: never more.
+    assert!(
+        admitted <= 1,
+        "{admitted} checks admitted past a limit of 1"
+    );
+}
+
 /// A two-limit policy (3 a second, 100 an hour) on a hot key: once the
 /// short limit frees up (the next second), a check is admitted when the
 /// store would admit it: the near-cache must not remember counts inflated

@@ -111,6 +111,7 @@ impl KeyDigest {
 
     /// Lowercase hex, as [`Display`](fmt::Display) writes it, without
     /// formatting machinery or allocation: it is on every check's wire path.
+    #[inline]
     pub fn hex(&self) -> [u8; 32] {
         // Two digits a byte from one table: a check writes its digest three
         // times (routing, and the key of each command), and digit by digit

@@ -7,12 +7,13 @@ use std::collections::{HashMap, VecDeque};
 use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use smallvec::SmallVec;
 use tokio::sync::oneshot;
 
 use super::super::{CheckError, Decision};
-use super::Arrival;
 use crate::join::start_now;
 use crate::near_cache::NearKey;
+use crate::policy::Limit;
 use crate::store::{Counters, Store};
 use crate::window::Counting;
 
@@ -101,7 +102,7 @@ impl HandOff {
 impl Drop for HandOff {
     fn drop(&mut self) {
         if let Some(others) = self.others.take() {
-            pass_on(&self.shards, self.key, others);
+            pass_on(&self.shards, self.key.clone(), others);
         }
     }
 }
@@ -132,9 +133,41 @@ impl Member {
     }
 }
 
-/// A key in flight: whose checks, and which kind (checks, peeks and
-/// reports gather apart).
-type InFlight = (NearKey, Counting);
+/// A key in flight: whose checks, under which limits, and which kind
+/// (checks, peeks and reports gather apart). The limits themselves, values
+/// included, and compared whole: the near-cache's key tells policies apart
+/// by a hash of their windows only, and a batch is decided by its leader's
+/// limits, so checks of one key under other limit values (an inline 1 an
+/// hour beside 1,000 an hour over the same window, a policy reloaded while
+/// checks are in flight) must never share one.
+#[derive(Clone, PartialEq, Eq)]
+pub(super) struct InFlight {
+    near_key: NearKey,
+    counting: Counting,
+    /// Inline for up to two limits: no allocation for most policies.
+    limits: SmallVec<[Limit; 2]>,
+}
+
+/// Hashed by key and kind only: equal keys hash alike, keys of one key
+/// under other limits (rare) meet in the table and are told apart by
+/// equality. Hashing the limits too, four times a check, was 350 of its
+/// instructions.
+impl std::hash::Hash for InFlight {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.near_key.hash(state);
+        self.counting.hash(state);
+    }
+}
+
+impl InFlight {
+    pub(super) fn new(near_key: NearKey, counting: Counting, limits: &[Limit]) -> InFlight {
+        InFlight {
+            near_key,
+            counting,
+            limits: SmallVec::from_slice(limits),
+        }
+    }
+}
 /// The keys in flight behind one lock, each with the checks gathered.
 /// Hashed with foldhash, seeded per process: a key is hashed twice per
 /// check on the way in and twice on the way out, and SipHash, std's
@@ -227,7 +260,7 @@ fn pass_on(shards: &Arc<Shards>, key: InFlight, mut left: Vec<Member>) {
         };
         let hand_off = HandOff {
             shards: shards.clone(),
-            key,
+            key: key.clone(),
             others: Some(members.collect()),
         };
         match next.reply.send(Turn::Lead(hand_off)) {
@@ -245,19 +278,18 @@ fn pass_on(shards: &Arc<Shards>, key: InFlight, mut left: Vec<Member>) {
 /// A leader's hold on its key's turn: dropped before the batch is decided
 /// (its caller gave up), it passes the lead to the batch's other checks.
 pub(in crate::limiter) struct Lead<'a> {
-    /// `None` for a check decided alone (coalescing off).
-    pub(super) coalescer: Option<&'a Coalescer>,
-    pub(super) key: InFlight,
+    /// Whose turn it holds; `None` for a check decided alone (coalescing
+    /// off).
+    pub(super) turn: Option<(&'a Coalescer, InFlight)>,
     /// The other checks of the batch, until they are answered.
     pub(super) others: Vec<Member>,
 }
 
 impl Lead<'_> {
     /// A batch of one, with no turn to pass on.
-    pub(in crate::limiter) fn alone(arrival: Arrival) -> Lead<'static> {
+    pub(in crate::limiter) fn alone() -> Lead<'static> {
         Lead {
-            coalescer: None,
-            key: (arrival.near_key, arrival.counting),
+            turn: None,
             others: Vec::new(),
         }
     }
@@ -265,8 +297,8 @@ impl Lead<'_> {
 
 impl Drop for Lead<'_> {
     fn drop(&mut self) {
-        if let Some(coalescer) = self.coalescer {
-            coalescer.pass_on(self.key, std::mem::take(&mut self.others));
+        if let Some((coalescer, key)) = self.turn.take() {
+            coalescer.pass_on(key, std::mem::take(&mut self.others));
         }
     }
 }

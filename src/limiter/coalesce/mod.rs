@@ -54,7 +54,7 @@ use smallvec::SmallVec;
 use tokio::sync::oneshot;
 
 pub(in crate::limiter) use self::gather::{Coalescer, Lead};
-use self::gather::{Counted, Joined, Member, StoreTakeBack, TakeBack, Turn};
+use self::gather::{Counted, InFlight, Joined, Member, StoreTakeBack, TakeBack, Turn};
 use self::order::decide_in_order;
 use super::boundary::{self, Crossing};
 use super::counters;
@@ -98,10 +98,10 @@ impl<S: Store> Limiter<S> {
             now_ms: arrived_ms,
             ..
         } = arrival;
-        let key = (near_key, counting);
+        let key = InFlight::new(near_key, counting, policy.limits());
         // A check that leads at once decides at the instant it arrived; one
         // handed the lead after waiting, at the clock's reading then.
-        let (others, now_ms) = match coalescer.join(key, cost) {
+        let (others, now_ms) = match coalescer.join(key.clone(), cost) {
             Joined::Lead => (Vec::new(), arrived_ms),
             Joined::Wait(turn) => {
                 self.metrics.coalesced();
@@ -150,8 +150,7 @@ impl<S: Store> Limiter<S> {
             }
         };
         let mut lead = Lead {
-            coalescer: Some(coalescer),
-            key,
+            turn: Some((coalescer, key)),
             others,
         };
         let arrival = Arrival { now_ms, ..arrival };
