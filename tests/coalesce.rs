@@ -358,3 +358,69 @@ async fn gathered_checks_are_answered_within_the_timeout_when_the_store_stalls()
         "a check took {slowest:?}, past its {TIMEOUT:?} timeout"
     );
 }
+
+/// A store slower than half the timeout (replies 200 ms late, a 300 ms
+/// timeout): a check that gathered behind an exchange is never handed to
+/// the failure mode before its own deadline, and the batch's exchange has
+/// the time of its latest check. It used to be run by the batch's first
+/// check, which had waited longest, within that check's deadline: the
+/// exchange ran out, and every check of the batch fell back, the last one
+/// after half of its time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_runs_on_its_latest_deadline_and_no_check_falls_back_early() {
+    const TIMEOUT: Duration = Duration::from_millis(300);
+    let memcached = Memcached::start();
+    let proxy = CountingProxy::start(memcached.addr()).await;
+    let store = store(proxy.addr.clone()).await;
+    common::wait::wait_for("the store to answer", common::wait::PATIENCE, || async {
+        slidegate::store::Store::ping(&*store).await.is_ok()
+    })
+    .await;
+    let limiter = Arc::new(
+        Limiter::builder(store)
+            .timeout(TIMEOUT)
+            .failure_mode(slidegate::FailureMode::Deny)
+            .build(),
+    );
+    let policy =
+        Arc::new(Policy::new("hourly", vec![Limit::new(1_000, HOUR, 1).unwrap()]).unwrap());
+    proxy.delay_replies(200);
+    let started = std::time::Instant::now();
+    // The first leads at once; the second and third gather behind its
+    // exchange, which ends at about 200 ms.
+    let checks: Vec<_> = [0, 20, 150]
+        .into_iter()
+        .map(|at_ms| {
+            let (limiter, policy) = (limiter.clone(), policy.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep_until((started + Duration::from_millis(at_ms)).into()).await;
+                let began = std::time::Instant::now();
+                let outcome = limiter.check("slow", &policy, 1).await;
+                (
+                    at_ms,
+                    outcome.map(|decision| decision.source),
+                    began.elapsed(),
+                )
+            })
+        })
+        .collect();
+    let mut outcomes = Vec::new();
+    for check in checks {
+        outcomes.push(check.await.unwrap());
+    }
+    println!(
+        "{outcomes:?}; {} gathered",
+        limiter.metrics().coalesced_checks
+    );
+    for (at_ms, outcome, took) in &outcomes {
+        assert!(
+            outcome.is_ok() || *took >= TIMEOUT - Duration::from_millis(5),
+            "the check of {at_ms} ms fell back after {took:?}, before its {TIMEOUT:?}"
+        );
+    }
+    let (_, last, _) = &outcomes[2];
+    assert!(
+        matches!(last, Ok(Source::Store)),
+        "the latest check, with time for an exchange after the first, fell back: {outcomes:?}"
+    );
+}

@@ -47,12 +47,17 @@ impl Deadline {
         }
     }
 
-    fn passed_at(&self, now: Instant) -> bool {
+    pub(super) fn passed_at(&self, now: Instant) -> bool {
         now >= self.at
     }
 
+    /// When it passes.
+    pub(super) fn at(&self) -> Instant {
+        self.at
+    }
+
     /// The error a check's store work ends with when its time is up.
-    fn ran_out(&self) -> StoreError {
+    pub(super) fn ran_out(&self) -> StoreError {
         StoreError::Timeout(self.timeout.as_millis() as u64)
     }
 

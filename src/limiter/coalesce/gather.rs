@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use smallvec::SmallVec;
 use tokio::sync::oneshot;
 
+use super::super::deadline::Deadline;
 use super::super::{CheckError, Decision};
 use crate::join::start_now;
 use crate::near_cache::NearKey;
@@ -110,19 +111,29 @@ impl Drop for HandOff {
 /// A check waiting for its batch's exchange.
 pub(super) struct Member {
     pub cost: u64,
-    reply: oneshot::Sender<Turn>,
+    /// When its store work must be done by: its leader answers it then, by
+    /// the failure mode, if the exchange is not back (it has no timer of
+    /// its own).
+    pub deadline: Deadline,
+    /// `None` once answered.
+    reply: Option<oneshot::Sender<Turn>>,
 }
 
 impl Member {
-    /// Whether its caller still waits.
+    /// Whether its caller still waits for an answer.
     pub fn waiting(&self) -> bool {
-        !self.reply.is_closed()
+        self.reply.as_ref().is_some_and(|reply| !reply.is_closed())
     }
 
-    /// Hand it its answer. False when its caller stopped waiting: then
-    /// nothing of the answer was taken, and the leader accounts for it.
-    pub fn answer(self, result: Result<Decision, CheckError>, counted: Counted) -> bool {
-        match self.reply.send(Turn::Decided(result, counted)) {
+    /// Hand it its answer. False when its caller stopped waiting (or it
+    /// was answered already): then nothing of the answer was taken, and
+    /// the leader accounts for it.
+    pub fn answer(&mut self, result: Result<Decision, CheckError>, counted: Counted) -> bool {
+        let Some(reply) = self.reply.take() else {
+            counted.claim();
+            return false;
+        };
+        match reply.send(Turn::Decided(result, counted)) {
             Ok(()) => true,
             Err(Turn::Decided(_, counted)) => {
                 counted.claim();
@@ -216,12 +227,16 @@ impl Shards {
 impl Coalescer {
     /// A check of `key` arrives: it leads when nothing is in flight,
     /// otherwise it waits behind the exchange in flight.
-    pub(super) fn join(&self, key: InFlight, cost: u64) -> Joined {
+    pub(super) fn join(&self, key: InFlight, cost: u64, deadline: Deadline) -> Joined {
         let mut shard = self.shards.shard(&key);
         match shard.get_mut(&key) {
             Some(waiting) => {
                 let (reply, turn) = oneshot::channel();
-                waiting.push_back(Member { cost, reply });
+                waiting.push_back(Member {
+                    cost,
+                    deadline,
+                    reply: Some(reply),
+                });
                 Joined::Wait(turn)
             }
             None => {
@@ -239,7 +254,12 @@ impl Coalescer {
 
 /// Hand the lead of `key` to the next batch (`left`, the rest of a batch
 /// whose leader gave up, first; then the checks gathered meanwhile), or
-/// mark nothing in flight.
+/// mark nothing in flight. The batch's latest check leads: its deadline,
+/// the latest (one timeout, from the latest start), bounds the exchange,
+/// and the leader answers each earlier one by the failure mode at its own
+/// deadline if the exchange is not back by then. Its first check had
+/// waited longest for the exchange before: leading, it gave the whole
+/// batch the least time.
 fn pass_on(shards: &Arc<Shards>, key: InFlight, mut left: Vec<Member>) {
     loop {
         if left.is_empty() {
@@ -254,16 +274,19 @@ fn pass_on(shards: &Arc<Shards>, key: InFlight, mut left: Vec<Member>) {
             let take = waiting.len().min(MAX_BATCH);
             left = waiting.drain(..take).collect();
         }
-        let mut members = left.drain(..);
-        let Some(next) = members.next() else {
+        let Some(mut next) = left.pop() else {
             continue;
         };
         let hand_off = HandOff {
             shards: shards.clone(),
             key: key.clone(),
-            others: Some(members.collect()),
+            others: Some(std::mem::take(&mut left)),
         };
-        match next.reply.send(Turn::Lead(hand_off)) {
+        let Some(reply) = next.reply.take() else {
+            left = hand_off.take();
+            continue;
+        };
+        match reply.send(Turn::Lead(hand_off)) {
             Ok(()) => return,
             // Its caller is gone: the next one leads.
             Err(Turn::Lead(hand_off)) => left = hand_off.take(),

@@ -26,8 +26,11 @@
 //! (an aborted task) stays counted, which errs towards refusing.
 //!
 //! Who runs an exchange: the check that found nothing in flight, then, for
-//! each batch gathered behind it, the batch's first check, handed the lead
-//! ([`Turn::Lead`]). A leader that is dropped (its caller gave up) hands
+//! each batch gathered behind it, the batch's latest check, handed the lead
+//! ([`Turn::Lead`]): its deadline is the batch's latest, so the exchange
+//! has all the time any of its checks has, and it answers each earlier one
+//! by the failure mode at that one's own deadline if the exchange is not
+//! back (one timer for the batch). A leader that is dropped (its caller gave up) hands
 //! the lead on, so a batch is never stranded; its own exchange, if sent,
 //! undoes itself in the store (an outcome nobody claims takes its
 //! additions back), so the batch can simply be decided again. That
@@ -101,7 +104,7 @@ impl<S: Store> Limiter<S> {
         let key = InFlight::new(near_key, counting, policy.limits());
         // A check that leads at once decides at the instant it arrived; one
         // handed the lead after waiting, at the clock's reading then.
-        let (others, now_ms) = match coalescer.join(key.clone(), cost) {
+        let (others, now_ms) = match coalescer.join(key.clone(), cost, arrival.deadline) {
             Joined::Lead => (Vec::new(), arrived_ms),
             Joined::Wait(turn) => {
                 self.metrics.coalesced();
@@ -181,8 +184,12 @@ impl<S: Store> Limiter<S> {
         let mut attempt = 1;
         loop {
             lead.others.retain(Member::waiting);
-            let costs: SmallVec<[u64; 16]> = std::iter::once(cost)
-                .chain(lead.others.iter().map(|member| member.cost))
+            // In arrival order: a leader handed a batch arrived last.
+            let costs: SmallVec<[u64; 16]> = lead
+                .others
+                .iter()
+                .map(|member| member.cost)
+                .chain(std::iter::once(cost))
                 .collect();
             let adding: u64 = match counting {
                 Counting::Never => 0,
@@ -196,7 +203,15 @@ impl<S: Store> Limiter<S> {
                 now_ms,
                 self.store_deadline(deadline),
             );
-            let counts = match self.timed_read_and_add(deadline, &batch).await {
+            let exchange = self.timed_read_and_add(deadline, &batch);
+            // Boxed: a lone check's future (most checks) stays the size of
+            // its own exchange, without the batch's timer in it.
+            let found = if lead.others.is_empty() {
+                exchange.await
+            } else {
+                Box::pin(self.answering_late_members(lead, policy, arrival, exchange)).await
+            };
+            let counts = match found {
                 Ok(found) => counters::counts_before(&layouts, &batch, found),
                 Err(error) => {
                     return self
@@ -255,11 +270,13 @@ impl<S: Store> Limiter<S> {
             // taken back with the refused ones.
             let mut kept = counted;
             let mut refused_cost: Option<u64> = None;
-            let mine = verdicts.remove(0);
+            let Some(mine) = verdicts.pop() else {
+                unreachable!("a batch decides its leader too");
+            };
             // One take-back for the whole batch, shared by its counted
             // answers: each takes back its own cost if dropped unread.
             let mut batch_take_back: Option<Arc<dyn TakeBack>> = None;
-            for (member, verdict) in lead.others.drain(..).zip(verdicts) {
+            for (mut member, verdict) in lead.others.drain(..).zip(verdicts) {
                 let (member_cost, was_counted) = (member.cost, verdict.counted);
                 if !verdict.allowed {
                     refused_cost =
@@ -323,6 +340,54 @@ impl<S: Store> Limiter<S> {
         }
     }
 
+    /// The batch's exchange, its leader answering each other check by the
+    /// failure mode at that check's deadline if the exchange is not back
+    /// by then (the leader arrived last: its own deadline, which bounds
+    /// the exchange, is the batch's latest). One timer for the batch, at
+    /// its earliest deadline still waiting, instead of one per check: a
+    /// timer per gathered check was a fifth of a hot key's instructions.
+    /// A check answered so keeps its place in the batch, so its cost is
+    /// accounted for like a caller's who left: taken back if counted.
+    async fn answering_late_members<T>(
+        &self,
+        lead: &mut Lead<'_>,
+        policy: &Policy,
+        arrival: Arrival,
+        exchange: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        let mut exchange = std::pin::pin!(exchange);
+        loop {
+            let earliest = lead
+                .others
+                .iter()
+                .filter(|member| member.waiting())
+                .map(|member| member.deadline)
+                .min_by_key(|deadline| deadline.at());
+            let Some(earliest) = earliest else {
+                return exchange.await;
+            };
+            tokio::select! {
+                biased;
+                found = &mut exchange => return found,
+                () = tokio::time::sleep_until(earliest.at()) => {}
+            }
+            let now = tokio::time::Instant::now();
+            for member in &mut lead.others {
+                if member.waiting() && member.deadline.passed_at(now) {
+                    let error = member.deadline.ran_out();
+                    self.metrics.store_error(&error);
+                    let late = Arrival {
+                        cost: member.cost,
+                        now_ms: self.clock.now_ms(),
+                        ..arrival
+                    };
+                    let result = Box::pin(self.fall_back_alone(error, policy, late)).await;
+                    member.answer(result, Counted::NOTHING);
+                }
+            }
+        }
+    }
+
     /// [`fall_back_all`](Self::fall_back_all), boxed: the failure path is
     /// rare, and a leader's future, moved whole wherever it is created,
     /// stays the size of its common path.
@@ -345,7 +410,7 @@ impl<S: Store> Limiter<S> {
         policy: &Policy,
         batch: Arrival,
     ) -> Result<Decision, CheckError> {
-        for member in std::mem::take(&mut lead.others) {
+        for mut member in std::mem::take(&mut lead.others) {
             if member.waiting() {
                 let alone = Arrival {
                     cost: member.cost,
@@ -375,16 +440,21 @@ impl<S: Store> Limiter<S> {
 
 /// A gathered check's turn. No timer of its own: the exchange it waits
 /// behind is bounded by its leader's deadline, which falls before its own
-/// (the leader arrived first, under the same timeout), and when that
-/// exchange ends the next leader runs its batch within the same bound, or
-/// lets the failure mode decide the whole batch at once when no time is
-/// left. So a gathered check is answered by its deadline, give or take the
-/// scheduling delay between its start and its arrival here, without a
-/// timer per check: arming and clearing one was 8% of a hot key's CPU at
-/// 256 callers. A check that read its near-cache entry again on the way
-/// spent part of its time first, so a leader that started after it may
-/// end later: that check waits with a timer ([`Arrival::read_again`]).
-/// `None` when the batch was dropped unanswered.
+/// (that leader found nothing in flight: it arrived first, under the same
+/// timeout); then its batch's leader, the batch's latest check, answers it
+/// at its own deadline if that batch's exchange is not back by then
+/// (`answering_late_members`). So a gathered check is answered by its
+/// deadline, give or take the scheduling delay between its start and its
+/// arrival here, without a timer per check: arming and clearing one was a
+/// fifth of a hot key's instructions at 256 callers (4,778 -> 5,728). A
+/// check that read its near-cache entry again on the way spent part of its
+/// time first, so a leader that started after it may end later: that
+/// check waits with a timer ([`Arrival::read_again`]). `None` when the
+/// batch was dropped unanswered.
+///
+/// One case is not bounded: a leader whose future is neither polled nor
+/// dropped (its caller holds it unpolled) holds its key's turn, and the
+/// checks behind it wait until it is polled or dropped.
 ///
 /// Unconstrained by tokio's cooperative budget: an answer that is there is
 /// always taken, never dropped unread for a budget-starved poll.
