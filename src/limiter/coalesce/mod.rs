@@ -52,6 +52,7 @@ mod gather;
 mod order;
 
 use std::sync::Arc;
+use std::task::Poll;
 
 use smallvec::SmallVec;
 use tokio::sync::oneshot;
@@ -366,10 +367,16 @@ impl<S: Store> Limiter<S> {
             let Some(earliest) = earliest else {
                 return exchange.await;
             };
-            tokio::select! {
-                biased;
-                found = &mut exchange => return found,
-                () = tokio::time::sleep_until(earliest.at()) => {}
+            // The exchange first, then the timer (no `select!`: the
+            // library builds without tokio's macros).
+            let mut due = std::pin::pin!(tokio::time::sleep_until(earliest.at()));
+            let back = std::future::poll_fn(|cx| match exchange.as_mut().poll(cx) {
+                Poll::Ready(found) => Poll::Ready(Some(found)),
+                Poll::Pending => due.as_mut().poll(cx).map(|()| None),
+            })
+            .await;
+            if let Some(found) = back {
+                return found;
             }
             let now = tokio::time::Instant::now();
             for member in &mut lead.others {
