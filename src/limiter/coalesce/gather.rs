@@ -227,9 +227,9 @@ impl Shards {
 impl Coalescer {
     /// A check of `key` arrives: it leads when nothing is in flight,
     /// otherwise it waits behind the exchange in flight.
-    pub(super) fn join(&self, key: InFlight, cost: u64, deadline: Deadline) -> Joined {
-        let mut shard = self.shards.shard(&key);
-        match shard.get_mut(&key) {
+    pub(super) fn join(&self, key: &InFlight, cost: u64, deadline: Deadline) -> Joined {
+        let mut shard = self.shards.shard(key);
+        match shard.get_mut(key) {
             Some(waiting) => {
                 let (reply, turn) = oneshot::channel();
                 waiting.push_back(Member {
@@ -240,7 +240,7 @@ impl Coalescer {
                 Joined::Wait(turn)
             }
             None => {
-                shard.insert(key, VecDeque::new());
+                shard.insert(key.clone(), VecDeque::new());
                 Joined::Lead
             }
         }

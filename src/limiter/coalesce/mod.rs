@@ -105,7 +105,7 @@ impl<S: Store> Limiter<S> {
         let key = InFlight::new(near_key, counting, policy.limits());
         // A check that leads at once decides at the instant it arrived; one
         // handed the lead after waiting, at the clock's reading then.
-        let (others, now_ms) = match coalescer.join(key.clone(), cost, arrival.deadline) {
+        let (others, now_ms) = match coalescer.join(&key, cost, arrival.deadline) {
             Joined::Lead => (Vec::new(), arrived_ms),
             Joined::Wait(turn) => {
                 self.metrics.coalesced();
