@@ -23,6 +23,21 @@ async fn store(addr: String) -> Arc<MemcachedStore> {
     )
 }
 
+/// A store through `proxy`, once it answers.
+async fn answering_store(proxy: &CountingProxy) -> Arc<MemcachedStore> {
+    let store = store(proxy.addr.clone()).await;
+    common::wait::wait_for("the store to answer", common::wait::PATIENCE, || async {
+        slidegate::store::Store::ping(&*store).await.is_ok()
+    })
+    .await;
+    store
+}
+
+/// `limit` an hour.
+fn hourly(limit: u64) -> Arc<Policy> {
+    Arc::new(Policy::new("hourly", vec![Limit::new(limit, HOUR, 1).unwrap()]).unwrap())
+}
+
 fn limiter(
     store: Arc<MemcachedStore>,
     clock: &ManualClock,
@@ -47,7 +62,7 @@ async fn refused_waits_are_exact(coalesce: bool) -> (usize, usize) {
     let proxy = CountingProxy::start(memcached.addr()).await;
     let clock = ManualClock::new(common::today_ms() + 5 * 60_000);
     let limiter = limiter(store(proxy.addr.clone()).await, &clock, coalesce);
-    let policy = Arc::new(Policy::new("hourly", vec![Limit::new(10, HOUR, 1).unwrap()]).unwrap());
+    let policy = hourly(10);
     for _ in 0..10 {
         assert!(limiter.check("tenant", &policy, 1).await.unwrap().allowed);
     }
@@ -314,11 +329,7 @@ async fn gathered_checks_are_answered_within_the_timeout_when_the_store_stalls()
     let memcached = Memcached::start();
     let proxy = CountingProxy::start(memcached.addr()).await;
     let clock = ManualClock::new(common::today_ms() + 5 * 60_000);
-    let store = store(proxy.addr.clone()).await;
-    common::wait::wait_for("the store to answer", common::wait::PATIENCE, || async {
-        slidegate::store::Store::ping(&*store).await.is_ok()
-    })
-    .await;
+    let store = answering_store(&proxy).await;
     let limiter = Arc::new(
         Limiter::builder(store)
             .clock(clock)
@@ -326,8 +337,7 @@ async fn gathered_checks_are_answered_within_the_timeout_when_the_store_stalls()
             .failure_mode(slidegate::FailureMode::Allow)
             .build(),
     );
-    let policy =
-        Arc::new(Policy::new("hourly", vec![Limit::new(1_000, HOUR, 1).unwrap()]).unwrap());
+    let policy = hourly(1_000);
     proxy.delay_replies(5_000);
     let checks: Vec<_> = (0..64)
         .map(|_| {
@@ -371,19 +381,14 @@ async fn a_batch_runs_on_its_latest_deadline_and_no_check_falls_back_early() {
     const TIMEOUT: Duration = Duration::from_millis(300);
     let memcached = Memcached::start();
     let proxy = CountingProxy::start(memcached.addr()).await;
-    let store = store(proxy.addr.clone()).await;
-    common::wait::wait_for("the store to answer", common::wait::PATIENCE, || async {
-        slidegate::store::Store::ping(&*store).await.is_ok()
-    })
-    .await;
+    let store = answering_store(&proxy).await;
     let limiter = Arc::new(
         Limiter::builder(store)
             .timeout(TIMEOUT)
             .failure_mode(slidegate::FailureMode::Deny)
             .build(),
     );
-    let policy =
-        Arc::new(Policy::new("hourly", vec![Limit::new(1_000, HOUR, 1).unwrap()]).unwrap());
+    let policy = hourly(1_000);
     proxy.delay_replies(200);
     let started = std::time::Instant::now();
     // The first leads at once; the second and third gather behind its
