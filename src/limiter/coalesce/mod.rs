@@ -30,10 +30,10 @@
 //! ([`Turn::Lead`]): its deadline is the batch's latest, so the exchange
 //! has all the time any of its checks has, and it answers each earlier one
 //! by the failure mode at that one's own deadline if the exchange is not
-//! back (one timer for the batch). A leader that is dropped (its caller gave up) hands
-//! the lead on, so a batch is never stranded; its own exchange, if sent,
-//! undoes itself in the store (an outcome nobody claims takes its
-//! additions back), so the batch can simply be decided again. That
+//! back (one timer for the batch). A leader that is dropped (its caller
+//! gave up) hands the lead on, so a batch is never stranded; its own
+//! exchange, if sent, undoes itself in the store (an outcome nobody claims
+//! takes its additions back), so the batch can simply be decided again. That
 //! take-back lands when the dropped exchange's reply arrives, and the next
 //! batch may be sent before: it then reads the dropped exchange's
 //! additions as it would read a concurrent check's from another instance,
