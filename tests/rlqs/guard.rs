@@ -39,6 +39,57 @@ async fn a_stream_needs_a_token_when_tokens_are_set_and_a_quiet_one_is_closed() 
     assert!(closed.message().contains("no usage report"), "{closed:?}");
 }
 
+/// A client that stops reading its answers is closed at the quiet timeout,
+/// like one that stops reporting. The stream used to wait for room to
+/// answer it, and so held its place among the streams, and its buckets'
+/// places, for good: past the quiet timeout, and past a revoked token.
+#[tokio::test]
+async fn a_client_that_reads_no_answers_is_closed_at_the_quiet_timeout() {
+    let clock = clock();
+    let guard = ServerGuard {
+        quiet_timeout: Duration::from_secs(1),
+        ..ServerGuard::default()
+    };
+    let server = instance(memcached().await, &clock, FailureMode::Allow, guard).await;
+    let (sender, _answers_never_read) = envoy::open(server.addr, None).await.unwrap();
+    // Buckets no rule matches, answered at once, with long labels: their
+    // answers fill the client's window and the stream's queue.
+    let long = "v".repeat(500);
+    let usages: Vec<envoy::Usage> = (0..1_000)
+        .map(|index| {
+            let value = format!("{long}{index}");
+            envoy::usage(
+                &envoy::labels(&[("name", "unmatched"), ("v", &value)]),
+                1,
+                0,
+                1,
+            )
+        })
+        .collect();
+    for _ in 0..60 {
+        let report = reports("envoy", usages.clone());
+        // Once nothing reads, the client's own sends stop going out.
+        if !matches!(
+            tokio::time::timeout(Duration::from_secs(2), sender.send(report)).await,
+            Ok(Ok(()))
+        ) {
+            break;
+        }
+    }
+    let started = std::time::Instant::now();
+    loop {
+        let page = super::streams::metrics_page(&server.app).await;
+        if page.contains("slidegate_rlqs_streams 0") {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the stream is still open 10 s after its client stopped reading (quiet timeout 1 s)"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// A token revoked by a reload is refused on a stream opened with it, at
 /// its next report: the reload reaches streams already open, not only the
 /// next ones, as it reaches RLS and HTTP calls.

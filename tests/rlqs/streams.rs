@@ -65,7 +65,7 @@ async fn a_bucket_left_unreported_is_abandoned() {
     );
 }
 
-async fn metrics_page(app: &Arc<App>) -> String {
+pub(super) async fn metrics_page(app: &Arc<App>) -> String {
     let addr = in_process::serve_forever(server::serve, app.clone()).await;
     common::http::get(addr, "/metrics").await.body
 }

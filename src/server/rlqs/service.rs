@@ -84,8 +84,9 @@ impl RateLimitQuotaService for RlqsService {
 impl RlqsService {
     /// Answer one stream until the client ends it, sends what cannot be
     /// answered (the stream ends with that error; others go on), goes, or
-    /// sends nothing for the quiet timeout (Envoy reports every interval,
-    /// and opens a new stream with its next report).
+    /// sends nothing, or takes no answer, for the quiet timeout (Envoy
+    /// reports every interval, and opens a new stream with its next
+    /// report).
     async fn run(
         self,
         mut inbound: Streaming<RateLimitQuotaUsageReports>,
@@ -136,7 +137,12 @@ impl RlqsService {
                 Ok(bucket_action) => Ok(RateLimitQuotaResponse { bucket_action }),
                 Err(status) => Err(status),
             };
-            if outbound.send(send).await.is_err() || failed {
+            // A client that takes no answer for the quiet timeout is gone
+            // as much as one that sends nothing: waiting for room to answer
+            // it held its stream, and its buckets' places, for good (past
+            // the quiet timeout, and past a revoked token).
+            let sent = tokio::time::timeout(quiet_timeout, outbound.send(send)).await;
+            if !matches!(sent, Ok(Ok(()))) || failed {
                 break;
             }
         }
