@@ -6,10 +6,12 @@
 use super::*;
 
 impl<S: Store> Limiter<S> {
-    /// Admit a request of an exempt key under `policy`: nothing is read or
-    /// counted; each limit shows its whole quota; counted as outcome
-    /// `exempt`.
-    pub fn exempt(&self, policy: &Policy) -> Decision {
+    /// Admit a request of `cost` for exempt `key` under `policy`: nothing
+    /// is read or counted; each limit shows its whole quota; counted as
+    /// outcome `exempt`. The key and cost are held to what a check's are:
+    /// an exemption passes requests, not bad input.
+    pub fn exempt(&self, key: &str, policy: &Policy, cost: u64) -> Result<Decision, CheckError> {
+        validate(key, policy, cost, self.max_counters())?;
         let started = Instant::now();
         let now_ms = self.clock.now_ms();
         let empty: Vec<Vec<u64>> = policy
@@ -23,6 +25,6 @@ impl<S: Store> Limiter<S> {
         verdict.retry_after_ms = Some(0);
         let decision = self.done(Decision::new(verdict, Source::Exempt));
         self.record(policy, &Ok(decision.clone()), started);
-        decision
+        Ok(decision)
     }
 }

@@ -100,7 +100,10 @@ async fn authorize(
         || client_address(request.headers(), peer, trusted)
             .is_some_and(|address| live.exemptions.exempts_address(address));
     if exempt {
-        let decision = app.limiter.exempt(policy);
+        let decision = match app.limiter.exempt(&key, policy, cost) {
+            Ok(decision) => decision,
+            Err(error) => return check_error(error),
+        };
         app.ops.decided(policy.scope(), &key, &decision);
         return api::respond(StatusCode::OK, Bytes::new(), |_| {});
     }

@@ -202,7 +202,10 @@ async fn decide(app: &App, request: Request<Incoming>, operation: Operation) -> 
     };
     let (limiter, policy) = (&app.limiter, &served.policy);
     if live.exemptions.exempts_key(policy.scope(), &key) {
-        let decision = limiter.exempt(policy);
+        let decision = match limiter.exempt(&key, policy, cost) {
+            Ok(decision) => decision,
+            Err(error) => return check_error(error),
+        };
         // As for any key: the status page counts the decisions of checks.
         if let Operation::Check = operation {
             app.ops.decided(policy.scope(), &key, &decision);

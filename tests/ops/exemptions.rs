@@ -137,3 +137,59 @@ async fn exempt_keys_and_addresses_pass_uncounted_and_follow_reloads() {
         "{bad}"
     );
 }
+
+/// An exempt key or client is held to the same checks of key and cost as
+/// any other: bad input is a 400 naming the field, whoever sends it. The
+/// exemption used to answer before they ran: 200 for a key of 2,000 bytes,
+/// or a cost of 0, from an exempt key or address.
+#[tokio::test]
+async fn an_exemption_does_not_pass_bad_input() {
+    let exempting = "[auth]\nexempt_addresses = [\"127.0.0.2\"]\n\
+         [policies.api]\nlimits = [{ limit = 3, window = \"1h\" }]\n\
+         exempt_keys = [\"health-checker\", \"internal-*\"]\n";
+    let service = Service::start(&on_memcached(&common::unique_namespace(), exempting)).await;
+    let long = format!("internal-{}", "x".repeat(2_000));
+    let bad = [
+        (
+            "/v1/check",
+            serde_json::json!({ "key": long, "policy": "api" }),
+            "key: ",
+        ),
+        (
+            "/v1/check",
+            serde_json::json!({ "key": "health-checker", "policy": "api", "cost": 0 }),
+            "cost: ",
+        ),
+        (
+            "/v1/peek",
+            serde_json::json!({ "key": "health-checker", "policy": "api", "cost": 0 }),
+            "cost: ",
+        ),
+        (
+            "/v1/report",
+            serde_json::json!({ "key": "internal-1", "policy": "api", "cost": u64::MAX }),
+            "cost: ",
+        ),
+    ];
+    for (path, body, field) in bad {
+        let answer = service.post(path, body).await;
+        assert_eq!(answer.status, 400, "{path}, bad {field}: {}", answer.body);
+        let error = answer.json()["error"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(error.starts_with(field), "{path}: {error}");
+    }
+    let auth = format!("Bearer {TOKEN}");
+    for (from, key) in [("127.0.0.1", "health-checker"), ("127.0.0.2", "anyone")] {
+        let answer = http::get_from(
+            from.parse().unwrap(),
+            service.addr,
+            "/v1/auth?policy=api&cost=0",
+            &[("authorization", &auth), ("x-ratelimit-key", key)],
+        )
+        .await;
+        assert_eq!(answer.status, 400, "{from} {key}: {}", answer.body);
+        assert!(answer.body.contains("cost: "), "{}", answer.body);
+    }
+}
