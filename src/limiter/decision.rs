@@ -96,6 +96,11 @@ pub(super) fn validate(
             key.len()
         )));
     }
+    valid_cost(cost)
+}
+
+/// A request's cost as every face takes it: from 1 to [`MAX_AMOUNT`].
+pub(crate) fn valid_cost(cost: u64) -> Result<(), CheckError> {
     if cost == 0 || cost > MAX_AMOUNT {
         return Err(CheckError::InvalidCost(cost));
     }

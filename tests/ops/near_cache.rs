@@ -61,6 +61,15 @@ async fn a_reset_reaches_a_second_instance_through_its_near_cache() {
         .post("/v1/reset", serde_json::json!({ "policy": "api" }))
         .await;
     assert!(no_key.error().starts_with("key: "), "{}", no_key.body);
+    // The body of a check: a cost a check refuses is refused here too.
+    let no_cost = first
+        .post(
+            "/v1/reset",
+            serde_json::json!({ "key": "k", "policy": "api", "cost": 0 }),
+        )
+        .await;
+    assert_eq!(no_cost.status, 400, "{}", no_cost.body);
+    assert!(no_cost.error().starts_with("cost: "), "{}", no_cost.body);
     let inline = first
         .post(
             "/v1/reset",

@@ -92,10 +92,17 @@ pub(super) async fn reset(app: &App, request: Request<Incoming>) -> Response<Bod
         Err(response) => return response,
     };
     let live = app.live();
-    let Call { key, served, .. } = match api::parse_call(&body, &live.policies, live.max_counters) {
+    let Call { key, served, cost } = match api::parse_call(&body, &live.policies, live.max_counters)
+    {
         Ok(call) => call,
         Err(message) => return api::error(StatusCode::BAD_REQUEST, message),
     };
+    // The body of a check: a cost a check would refuse is refused here
+    // too, though a reset does not use it, so one body means one thing on
+    // every route.
+    if let Err(error) = crate::limiter::valid_cost(cost) {
+        return check_error(error);
+    }
     match app.limiter.reset(&key, &served.policy).await {
         Ok(removed) => {
             tracing::info!(
