@@ -6,7 +6,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use slidegate::Clock;
-use slidegate::server::rlqs::pb::envoy::service::rate_limit_quota::v3::RateLimitQuotaUsageReports;
+use slidegate::server::rlqs::pb::envoy::service::rate_limit_quota::v3::{
+    RateLimitQuotaResponse, RateLimitQuotaUsageReports,
+};
 use slidegate::server::{self, App};
 
 use super::envoy::{self, Enforced, FakeEnvoy, Labels, labels};
@@ -63,6 +65,55 @@ async fn a_bucket_left_unreported_is_abandoned() {
         page.contains("slidegate_rlqs_assignments_total{strategy=\"token_bucket\"}"),
         "{page}"
     );
+}
+
+/// A bucket that a reload leaves matching no rule is answered by the
+/// unmatched rule while its Envoy reports it, and is never abandoned: the
+/// stream stops tracking it. It used to stay tracked with its last report
+/// frozen, and be abandoned after `abandon_after` though still reported.
+#[tokio::test]
+async fn a_bucket_a_reload_leaves_unmatched_is_not_abandoned() {
+    let clock = clock();
+    let server = plain_instance(&clock).await;
+    let now = clock.now_ms();
+    let (sender, mut answers) = envoy::open(server.addr, None).await.unwrap();
+    sender
+        .send(super::reports("envoy", vec![envoy::usage(&api(), 1, 0, 0)]))
+        .await
+        .unwrap();
+    assert!(envoy::next(&mut answers).await.unwrap().is_some());
+    let without_api = super::RLQS.replace(
+        "[[rlqs.buckets]]\ndomain = \"envoy\"\nmatch = { name = \"api\", tenant = \"*\" }\nlimit = 600\nwindow = \"10s\"\nprecision = 10\n",
+        "",
+    );
+    assert_ne!(without_api, super::RLQS, "the api rule is taken out");
+    let reloaded = slidegate::config::Config::resolve(
+        Some((std::path::Path::new("slidegate.toml"), &without_api)),
+        &slidegate::config::Overrides::default(),
+    )
+    .unwrap_or_else(|error| panic!("{error}"));
+    server.app.apply_live(&reloaded);
+    let abandoned = |answer: &RateLimitQuotaResponse| {
+        answer
+            .bucket_action
+            .iter()
+            .any(|action| matches!(action.bucket_action, Some(envoy::Action::AbandonAction(_))))
+    };
+    // Past abandon_after (5 s), reporting every second, and a sweep after.
+    for second in 1..=8u64 {
+        clock.set(now + second * 1_000);
+        sender
+            .send(super::reports("envoy", vec![envoy::usage(&api(), 1, 0, 1)]))
+            .await
+            .unwrap();
+        let answer = envoy::next(&mut answers).await.unwrap().unwrap();
+        assert!(!abandoned(&answer), "second {second}: {answer:?}");
+    }
+    if let Ok(Ok(Some(answer))) =
+        tokio::time::timeout(std::time::Duration::from_millis(1_500), answers.message()).await
+    {
+        assert!(!abandoned(&answer), "{answer:?}");
+    }
 }
 
 pub(super) async fn metrics_page(app: &Arc<App>) -> String {

@@ -218,6 +218,15 @@ impl RlqsService {
         let ttl_s = settings.assignment_ttl_s;
         let labels = &usage.bucket_id.bucket;
         let Some(policy) = settings.find(domain, labels) else {
+            // A bucket a reload left unmatched is no longer tracked: its
+            // report would never move again, and it would be abandoned
+            // though its Envoy still reports it.
+            if stream.tracks_any() {
+                let key = counter_key(domain, labels);
+                if stream.forget(&key) {
+                    self.rlqs.demands.forget(&key, stream.id);
+                }
+            }
             let rule = match settings.unmatched {
                 Unmatched::Allow => BlanketRule::AllowAll,
                 Unmatched::Deny => BlanketRule::DenyAll,

@@ -154,6 +154,21 @@ impl StreamState {
         abandoned
     }
 
+    /// Whether it tracks any bucket.
+    pub fn tracks_any(&self) -> bool {
+        !self.buckets.is_empty()
+    }
+
+    /// Stop tracking `key` (no rule matches it any more), giving back its
+    /// place: true when it was tracked.
+    pub fn forget(&mut self, key: &str) -> bool {
+        let forgotten = self.buckets.remove(key).is_some();
+        if forgotten {
+            self.budget.give_back(1);
+        }
+        forgotten
+    }
+
     /// Every bucket's counter key, for the stream's end.
     pub fn keys(&self) -> impl Iterator<Item = &str> {
         self.buckets.keys().map(String::as_str)
@@ -222,5 +237,11 @@ mod tests {
         drop(first);
         assert_eq!(budget.held(), 1);
         assert!(second.reported("d", &id("d"), 61_000).is_ok());
+        // Forgotten (a reload left it unmatched), a bucket frees its place
+        // once.
+        assert!(second.forget("c"));
+        assert!(!second.forget("c"));
+        assert_eq!(budget.held(), 1);
+        assert_eq!(second.keys().collect::<Vec<_>>(), ["d"]);
     }
 }
