@@ -243,7 +243,10 @@ impl RlqsService {
             Some(ms) => usage.elapsed_s.max(ms as f64 / 1000.0).max(1.0),
             None => (ttl_s as f64).max(usage.elapsed_s),
         };
-        let demanded = usage.allowed + usage.denied;
+        // Each is at most MAX_AMOUNT, their sum up to twice that: held to
+        // what the demand counter takes, or its report would be refused
+        // and the fleet's demand miss this one.
+        let demanded = (usage.allowed + usage.denied).min(crate::policy::MAX_AMOUNT);
         let own_demand = demanded as f64 / elapsed_s.max(1.0);
         let local = self.rlqs.demands.set(&key, stream.id, own_demand, now_ms);
 
