@@ -183,3 +183,50 @@ async fn a_full_window_denies_then_allows_again_and_a_reconnected_client_is_serv
     );
     assert!(most as f64 <= 1.1 * LIMIT as f64, "most {most}");
 }
+
+/// The largest demand a report can say (allowed and denied each up to
+/// 10^12) reaches the fleet's shared demand: a client on another instance
+/// then gets its share of the whole fleet's demand, the floor of one a
+/// second, not the whole rate. The sum used to be refused by the demand
+/// counter (more than 10^12 in one report) and read as no demand at all.
+#[tokio::test]
+async fn the_largest_demand_a_report_says_reaches_the_fleet() {
+    const MOST: u64 = 1_000_000_000_000;
+    let clock = clock();
+    let options = common::memcached_options(vec![common::shared_memcached().addr()]);
+    let mut addrs = Vec::new();
+    let mut instances = Vec::new();
+    for _ in 0..2 {
+        let store = MemcachedStore::connect(&options).await.unwrap();
+        let instance = instance(
+            AnyStore::Memcached(store),
+            &clock,
+            FailureMode::Allow,
+            ServerGuard::default(),
+        )
+        .await;
+        addrs.push(instance.addr);
+        instances.push(instance);
+    }
+    let tenant = envoy::labels(&[("name", "api"), ("tenant", "largest-demand")]);
+    let (hungry, mut hungry_answers) = envoy::open(addrs[0], None).await.unwrap();
+    let report = |denied| RateLimitQuotaUsageReports {
+        domain: "envoy".into(),
+        bucket_quota_usages: vec![envoy::usage(&tenant, 1, denied, 1)],
+    };
+    hungry.send(report(MOST)).await.unwrap();
+    envoy::next(&mut hungry_answers).await.unwrap().unwrap();
+    let (modest, mut modest_answers) = envoy::open(addrs[1], None).await.unwrap();
+    modest.send(report(0)).await.unwrap();
+    let answer = envoy::next(&mut modest_answers).await.unwrap().unwrap();
+    let tokens = answer.bucket_action.iter().find_map(|action| {
+        let Some(envoy::Action::QuotaAssignmentAction(assignment)) = &action.bucket_action else {
+            return None;
+        };
+        match assignment.rate_limit_strategy.as_ref()?.strategy.as_ref()? {
+            envoy::Strategy::TokenBucket(bucket) => bucket.tokens_per_fill,
+            _ => None,
+        }
+    });
+    assert_eq!(tokens, Some(1), "{answer:?}");
+}
