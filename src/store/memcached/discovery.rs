@@ -120,6 +120,13 @@ pub fn parse_reply(bytes: &[u8]) -> Result<Option<Answer>, String> {
     let length: usize = length
         .parse()
         .map_err(|_| format!("bad length in header {header:?}"))?;
+    // Said now, not after waiting for bytes that no reply may hold (and
+    // never added to an offset: a length near usize::MAX overflowed).
+    if length > MAX_REPLY {
+        return Err(format!(
+            "a length over {MAX_REPLY} bytes in header {header:?}"
+        ));
+    }
     let body_start = line_end + 2;
     let Some(body) = bytes.get(body_start..body_start + length) else {
         return Ok(None);

@@ -82,3 +82,20 @@ fn malformed_configs_say_what_is_wrong() {
             .contains("no cluster config")
     );
 }
+
+/// A length in the header past what a reply may hold is malformed, said
+/// at once: it used to overflow when added to where the body starts (a
+/// panic in a debug build, killing the discovery task; in a release build
+/// a wait for bytes that never come, every poll).
+#[test]
+fn a_length_past_the_reply_bound_is_malformed() {
+    for header in [
+        "CONFIG cluster 0 18446744073709551615",
+        "VALUE AmazonElastiCache:cluster 0 18446744073709551615",
+        "CONFIG cluster 0 1048577",
+    ] {
+        let reply = format!("{header}\r\n12\nh|10.0.0.1|11211\n\r\nEND\r\n");
+        let error = parse_reply(reply.as_bytes()).unwrap_err();
+        assert!(error.contains("length"), "{header}: {error}");
+    }
+}
