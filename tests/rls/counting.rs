@@ -225,3 +225,65 @@ async fn a_refused_request_takes_back_all_its_additions_in_one_exchange() {
         assert_eq!(codes(&mut client, fresh()).await.0, Code::OverLimit);
     }
 }
+
+const QUOTA_MODE: &str = r#"
+domain: q
+descriptors:
+  - key: quota
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: five
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: shadow
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 5}
+"#;
+
+/// A request its quota-mode descriptors refuse (all of them over, as
+/// envoyproxy/ratelimit reads them) is counted by none of its descriptors,
+/// as one a binding descriptor refuses. They used to be decided last, after
+/// the binding and shadow descriptors had counted the request.
+#[tokio::test]
+async fn a_request_its_quota_descriptors_refuse_is_counted_by_none() {
+    for (name, store) in [("memory", memory()), ("memcached", memcached().await)] {
+        let rls = TestRls::start(store, QUOTA_MODE).await;
+        let mut client = rls.client().await;
+        let all = || {
+            request(
+                "q",
+                vec![
+                    descriptor(&[("five", "k")]),
+                    descriptor(&[("shadow", "k")]),
+                    descriptor(&[("quota", "k")]),
+                ],
+            )
+        };
+        assert_eq!(codes(&mut client, all()).await.0, Code::Ok, "{name}");
+        for _ in 0..3 {
+            let response = ask(&mut client, all()).await;
+            assert_eq!(
+                response.overall_code(),
+                Code::OverLimit,
+                "{name}: {response:?}"
+            );
+            assert_eq!(
+                response.statuses[0].limit_remaining, 4,
+                "{name}: five, uncounted"
+            );
+            assert_eq!(
+                response.statuses[1].limit_remaining, 4,
+                "{name}: shadow, uncounted"
+            );
+        }
+        // Counted once, by the admitted request: four more pass alone.
+        let five = || request("q", vec![descriptor(&[("five", "k")])]);
+        for _ in 0..4 {
+            assert_eq!(codes(&mut client, five()).await.0, Code::Ok, "{name}");
+        }
+        assert_eq!(
+            codes(&mut client, five()).await.0,
+            Code::OverLimit,
+            "{name}"
+        );
+    }
+}

@@ -28,6 +28,8 @@ use crate::policy::{MAX_AMOUNT, Policy};
 use crate::server::App;
 use crate::store::AnyStore;
 
+// Whether quota-mode descriptors refuse a request, read first.
+mod quota;
 mod respond;
 
 use self::respond::respond;
@@ -249,6 +251,17 @@ impl RlsService {
             *answer_slot = Some(answer);
         }
 
+        // 1b. Quota-mode descriptors refuse the request only when all of
+        // them are over (envoyproxy/ratelimit): read before anything is
+        // counted, so that a request they refuse counts in none of its
+        // descriptors. Read-only: one admitted below is counted in step 3.
+        // (A concurrent request that takes their last room between this
+        // read and step 3 can still leave this one refused and counted
+        // elsewhere; that errs towards refusing.)
+        if !refused {
+            refused = self.quota_refuses(plans, &answers).await?;
+        }
+
         // 2. The binding descriptors, together.
         let binding: Vec<(usize, &Limited, &Policy)> = (0..plans.len())
             .filter(|&index| answers[index].is_none())
@@ -311,7 +324,7 @@ impl RlsService {
     }
 }
 
-async fn peek(
+pub(super) async fn peek(
     limiter: &Limiter<AnyStore>,
     key: &str,
     policy: &Policy,
