@@ -287,3 +287,39 @@ async fn a_request_its_quota_descriptors_refuse_is_counted_by_none() {
         );
     }
 }
+
+/// A request refused by a read-only descriptor (`hits_addend: 0`, over its
+/// limit) reads its other descriptors in one pipelined exchange, not one
+/// round trip each: so it is answered within the timeout however many it
+/// names. They used to be read one after another.
+#[tokio::test]
+async fn a_refused_request_reads_its_other_descriptors_together() {
+    let memcached = common::shared_memcached();
+    let proxy = common::proxy::CountingProxy::start(memcached.addr()).await;
+    let options = slidegate::MemcachedOptions {
+        connections: 1,
+        ..common::memcached_options(vec![proxy.addr.clone()])
+    };
+    let store = slidegate::MemcachedStore::connect(&options).await.unwrap();
+    let rls = TestRls::start(AnyStore::Memcached(store), CONFIG).await;
+    let mut client = rls.client().await;
+    let used = || descriptor(&[("one", "used")]);
+    assert_eq!(
+        codes(&mut client, request("test", vec![used()])).await.0,
+        Code::Ok
+    );
+    let mut check_only = used();
+    check_only.hits_addend = Some(0);
+    let mut descriptors = vec![check_only];
+    descriptors.extend((0..8).map(|index| descriptor(&[("five", &format!("read-{index}"))])));
+    let before = proxy.round_trips();
+    let (overall, statuses) = codes(&mut client, request("test", descriptors)).await;
+    let round_trips = proxy.round_trips() - before;
+    println!("request of 9 descriptors refused by a read-only one: {round_trips} round trips");
+    assert_eq!(overall, Code::OverLimit);
+    assert_eq!(statuses[1..], [Code::Ok; 8]);
+    assert!(
+        round_trips <= 2,
+        "{round_trips} round trips: one to read the first, one the rest"
+    );
+}

@@ -23,6 +23,7 @@ use super::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use super::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use super::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use super::rules::{Action, Rule, Unit};
+use crate::join::join_all;
 use crate::limiter::{CheckError, Decision, Item, Limiter};
 use crate::policy::{MAX_AMOUNT, Policy};
 use crate::server::App;
@@ -274,9 +275,14 @@ impl RlsService {
             })
             .collect();
         if refused {
-            for &(index, limited, policy) in &binding {
-                let decision = peek(limiter, &limited.key, policy, limited.hits).await?;
-                answers[index] = Some(Answer::Decided(decision));
+            // Read together: one pipelined exchange, not a round trip (and
+            // a timeout) per descriptor.
+            let reads = binding
+                .iter()
+                .map(|&(_, limited, policy)| peek(limiter, &limited.key, policy, limited.hits))
+                .collect();
+            for (&(index, _, _), decision) in binding.iter().zip(join_all(reads).await) {
+                answers[index] = Some(Answer::Decided(decision?));
             }
         } else if !binding.is_empty() {
             let items: Vec<Item> = binding
@@ -294,20 +300,24 @@ impl RlsService {
             }
         }
 
-        // 3. Shadow and quota-mode descriptors, each on its own.
-        for (index, answer_slot) in answers.iter_mut().enumerate() {
-            let Some(limited) = limited(index) else {
-                continue;
-            };
-            let Action::Limit(policy) = &limited.rule.rule().action else {
-                continue;
-            };
-            if answer_slot.is_some() {
-                continue;
-            }
-            let decision = if refused {
-                peek(limiter, &limited.key, policy, limited.hits).await?
-            } else {
+        // 3. Shadow and quota-mode descriptors, each on its own, all at
+        // once (one pipelined exchange).
+        let advisory: Vec<(usize, &Limited, &Policy)> = (0..plans.len())
+            .filter(|&index| answers[index].is_none())
+            .filter_map(|index| {
+                let limited = limited(index)?;
+                match &limited.rule.rule().action {
+                    Action::Limit(policy) => Some((index, limited, policy)),
+                    _ => None,
+                }
+            })
+            .collect();
+        let decisions = advisory
+            .iter()
+            .map(|&(_, limited, policy)| async move {
+                if refused {
+                    return peek(limiter, &limited.key, policy, limited.hits).await;
+                }
                 let item = Item {
                     key: &limited.key,
                     policy,
@@ -316,9 +326,11 @@ impl RlsService {
                 let mut decisions = limiter.check_all(&[item]).await.map_err(check_error)?;
                 decisions
                     .pop()
-                    .ok_or_else(|| Status::internal("no decision"))?
-            };
-            *answer_slot = Some(Answer::Decided(decision));
+                    .ok_or_else(|| Status::internal("no decision"))
+            })
+            .collect();
+        for (&(index, _, _), decision) in advisory.iter().zip(join_all(decisions).await) {
+            answers[index] = Some(Answer::Decided(decision?));
         }
         Ok(answers)
     }
