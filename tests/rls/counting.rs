@@ -184,20 +184,7 @@ async fn metrics_count_per_domain_and_rule() {
 /// counter as it was.
 #[tokio::test]
 async fn a_refused_request_takes_back_all_its_additions_in_one_exchange() {
-    let memcached = common::shared_memcached();
-    let proxy = common::proxy::CountingProxy::start(memcached.addr()).await;
-    let options = slidegate::MemcachedOptions {
-        connections: 1,
-        ..common::memcached_options(vec![proxy.addr.clone()])
-    };
-    let store = slidegate::MemcachedStore::connect(&options).await.unwrap();
-    let rls = TestRls::start(AnyStore::Memcached(store), CONFIG).await;
-    let mut client = rls.client().await;
-    let used = || descriptor(&[("one", "used")]);
-    assert_eq!(
-        codes(&mut client, request("test", vec![used()])).await.0,
-        Code::Ok
-    );
+    let (proxy, _rls, mut client) = round_trips_counted().await;
 
     let mut descriptors: Vec<RateLimitDescriptor> = (0..8)
         .map(|index| descriptor(&[("five", &format!("fresh-{index}"))]))
@@ -294,20 +281,7 @@ async fn a_request_its_quota_descriptors_refuse_is_counted_by_none() {
 /// names. They used to be read one after another.
 #[tokio::test]
 async fn a_refused_request_reads_its_other_descriptors_together() {
-    let memcached = common::shared_memcached();
-    let proxy = common::proxy::CountingProxy::start(memcached.addr()).await;
-    let options = slidegate::MemcachedOptions {
-        connections: 1,
-        ..common::memcached_options(vec![proxy.addr.clone()])
-    };
-    let store = slidegate::MemcachedStore::connect(&options).await.unwrap();
-    let rls = TestRls::start(AnyStore::Memcached(store), CONFIG).await;
-    let mut client = rls.client().await;
-    let used = || descriptor(&[("one", "used")]);
-    assert_eq!(
-        codes(&mut client, request("test", vec![used()])).await.0,
-        Code::Ok
-    );
+    let (proxy, _rls, mut client) = round_trips_counted().await;
     let mut check_only = used();
     check_only.hits_addend = Some(0);
     let mut descriptors = vec![check_only];
@@ -322,4 +296,31 @@ async fn a_refused_request_reads_its_other_descriptors_together() {
         round_trips <= 2,
         "{round_trips} round trips: one to read the first, one the rest"
     );
+}
+
+/// An RLS on memcached through a counting proxy on one connection, and its
+/// client; `one/used` is at its limit of 1.
+async fn round_trips_counted() -> (
+    common::proxy::CountingProxy,
+    TestRls,
+    super::RateLimitServiceClient<tonic::transport::Channel>,
+) {
+    let proxy = common::proxy::CountingProxy::start(common::shared_memcached().addr()).await;
+    let options = slidegate::MemcachedOptions {
+        connections: 1,
+        ..common::memcached_options(vec![proxy.addr.clone()])
+    };
+    let store = slidegate::MemcachedStore::connect(&options).await.unwrap();
+    let rls = TestRls::start(AnyStore::Memcached(store), CONFIG).await;
+    let mut client = rls.client().await;
+    assert_eq!(
+        codes(&mut client, request("test", vec![used()])).await.0,
+        Code::Ok
+    );
+    (proxy, rls, client)
+}
+
+/// A descriptor of the 1-a-minute rule.
+fn used() -> RateLimitDescriptor {
+    descriptor(&[("one", "used")])
 }
