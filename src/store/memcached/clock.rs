@@ -182,6 +182,23 @@ impl Probe {
     }
 }
 
+/// Whether the node's second ticked between `before` and `after`: by one,
+/// as a clock does in the few milliseconds between two probes. Any other
+/// change (a node replaced between probes, a restarted memcached, a
+/// proxy answering for another node) is no tick to time: the estimate
+/// fails, and the last offset is kept. Taken as one, it moved the shared
+/// clock by as much as the jump, hours, for a minute.
+fn ticked(before: &Probe, after: &Probe) -> Result<bool, StoreError> {
+    match after.second.checked_sub(before.second) {
+        Some(0) => Ok(false),
+        Some(1) => Ok(true),
+        _ => Err(StoreError::Protocol(format!(
+            "Memcached's clock went from second {} to {} between two probes",
+            before.second, after.second
+        ))),
+    }
+}
+
 /// The instant the node's second changed between `before` and `after`, and
 /// the second it changed to.
 fn tick(before: &Probe, after: &Probe) -> (Instant, u64) {
@@ -206,7 +223,7 @@ async fn estimate(store: &MemcachedStore, local: &dyn Clock) -> Result<i64, Stor
     for _ in 0..COARSE_PROBES {
         tokio::time::sleep(Duration::from_millis(COARSE_SPACING_MS)).await;
         let after = probe().await?;
-        if after.second != before.second {
+        if ticked(&before, &after)? {
             coarse = Some(tick(&before, &after));
             break;
         }
@@ -223,7 +240,7 @@ async fn estimate(store: &MemcachedStore, local: &dyn Clock) -> Result<i64, Stor
     for _ in 0..FINE_PROBES {
         tokio::time::sleep(Duration::from_millis(FINE_SPACING_MS)).await;
         let after = probe().await?;
-        if after.second != before.second {
+        if ticked(&before, &after)? {
             let (at, second) = tick(&before, &after);
             return Ok(offset(second, at, local.now_ms(), Instant::now()));
         }
@@ -321,5 +338,28 @@ mod tests {
         // The local clock read 50_000 ms 7 ms after the tick: at the tick it
         // read 49_993, and the node 42_000.
         assert_eq!(offset(42, tick_at, 50_000, at(1_010)), -7_993);
+    }
+
+    /// Between two probes a few milliseconds apart, the node's second stays
+    /// or moves on by one; a jump either way (another node, a restart) is
+    /// no tick, and fails the estimate rather than moving the shared clock
+    /// by hours.
+    #[test]
+    fn only_a_step_of_one_second_is_a_tick() {
+        let start = Instant::now();
+        let probe = |second| Probe {
+            sent: start,
+            answered: start,
+            second,
+        };
+        let at = 1_800_000_000;
+        assert!(!ticked(&probe(at), &probe(at)).unwrap());
+        assert!(ticked(&probe(at), &probe(at + 1)).unwrap());
+        for jumped in [at + 2, at + 36_000, at - 1, at - 3_600, 0, u64::MAX] {
+            assert!(
+                ticked(&probe(at), &probe(jumped)).is_err(),
+                "{at} -> {jumped}"
+            );
+        }
     }
 }
