@@ -1,5 +1,6 @@
 //! The `[limits]` section: bounds on what one check may touch, whoever
-//! sends it. Restart only.
+//! sends it. Live on reload (with the policies it bounds; the limiter's
+//! own bound only rises, see `server::live`).
 
 use serde::Deserialize;
 
