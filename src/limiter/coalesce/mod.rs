@@ -47,12 +47,14 @@
 //! | `mod.rs` | the leader: one exchange for a batch, its answers, its take-back |
 //! | `gather` | the keys in flight, the checks waiting, the lead passed on |
 //! | `order` | the pure decision of a batch in arrival order |
+//! | `fallback` | the failure mode for a batch, and for a check whose deadline passes in one |
 
+// When the store or a deadline fails a batch.
+mod fallback;
 mod gather;
 mod order;
 
 use std::sync::Arc;
-use std::task::Poll;
 
 use smallvec::SmallVec;
 use tokio::sync::oneshot;
@@ -339,109 +341,6 @@ impl<S: Store> Limiter<S> {
             }
             return Ok(self.done(decision_of(mine)));
         }
-    }
-
-    /// The batch's exchange, its leader answering each other check by the
-    /// failure mode at that check's deadline if the exchange is not back
-    /// by then (the leader arrived last: its own deadline, which bounds
-    /// the exchange, is the batch's latest). One timer for the batch, at
-    /// its earliest deadline still waiting, instead of one per check: a
-    /// timer per gathered check was a fifth of a hot key's instructions.
-    /// A check answered so keeps its place in the batch, so its cost is
-    /// accounted for like a caller's who left: taken back if counted.
-    async fn answering_late_members<T>(
-        &self,
-        lead: &mut Lead<'_>,
-        policy: &Policy,
-        arrival: Arrival,
-        exchange: impl Future<Output = Result<T, StoreError>>,
-    ) -> Result<T, StoreError> {
-        let mut exchange = std::pin::pin!(exchange);
-        loop {
-            let earliest = lead
-                .others
-                .iter()
-                .filter(|member| member.waiting())
-                .map(|member| member.deadline)
-                .min_by_key(|deadline| deadline.at());
-            let Some(earliest) = earliest else {
-                return exchange.await;
-            };
-            // The exchange first, then the timer (no `select!`: the
-            // library builds without tokio's macros).
-            let mut due = std::pin::pin!(tokio::time::sleep_until(earliest.at()));
-            let back = std::future::poll_fn(|cx| match exchange.as_mut().poll(cx) {
-                Poll::Ready(found) => Poll::Ready(Some(found)),
-                Poll::Pending => due.as_mut().poll(cx).map(|()| None),
-            })
-            .await;
-            if let Some(found) = back {
-                return found;
-            }
-            let now = tokio::time::Instant::now();
-            for member in &mut lead.others {
-                if member.waiting() && member.deadline.passed_at(now) {
-                    let error = member.deadline.ran_out();
-                    self.metrics.store_error(&error);
-                    let late = Arrival {
-                        cost: member.cost,
-                        now_ms: self.clock.now_ms(),
-                        ..arrival
-                    };
-                    let result = Box::pin(self.fall_back_alone(error, policy, late)).await;
-                    member.answer(result, Counted::NOTHING);
-                }
-            }
-        }
-    }
-
-    /// [`fall_back_all`](Self::fall_back_all), boxed: the failure path is
-    /// rare, and a leader's future, moved whole wherever it is created,
-    /// stays the size of its common path.
-    async fn fall_back_boxed(
-        &self,
-        lead: &mut Lead<'_>,
-        error: StoreError,
-        policy: &Policy,
-        batch: Arrival,
-    ) -> Result<Decision, CheckError> {
-        Box::pin(self.fall_back_all(lead, error, policy, batch)).await
-    }
-
-    /// The store failed for a whole batch: the failure mode decides each
-    /// check of it, alone, at the batch's instant.
-    async fn fall_back_all(
-        &self,
-        lead: &mut Lead<'_>,
-        error: StoreError,
-        policy: &Policy,
-        batch: Arrival,
-    ) -> Result<Decision, CheckError> {
-        for mut member in std::mem::take(&mut lead.others) {
-            if member.waiting() {
-                let alone = Arrival {
-                    cost: member.cost,
-                    ..batch
-                };
-                let result = self.fall_back_alone(error.clone(), policy, alone).await;
-                member.answer(result, Counted::NOTHING);
-            }
-        }
-        self.fall_back_alone(error, policy, batch).await
-    }
-
-    /// The failure mode's decision for one check, at its instant.
-    async fn fall_back_alone(
-        &self,
-        error: StoreError,
-        policy: &Policy,
-        check: Arrival,
-    ) -> Result<Decision, CheckError> {
-        let now_ms = check.now_ms;
-        let layouts = counters::layouts(check.digest, policy, now_ms);
-        let batch = counters::batch(&layouts, check.cost, check.counting, now_ms, None);
-        self.fall_back(error, policy, &layouts, &batch, check.counting, now_ms)
-            .await
     }
 }
 
