@@ -260,7 +260,7 @@ impl RlsService {
         // read and step 3 can still leave this one refused and counted
         // elsewhere; that errs towards refusing.)
         if !refused {
-            refused = self.quota_refuses(plans, &answers).await?;
+            refused = self.quota_refuses(plans, &mut answers).await?;
         }
 
         // 2. The binding descriptors, together.

@@ -10,14 +10,16 @@ use crate::server::rls::rules::Action;
 impl RlsService {
     /// Whether the request's quota-mode descriptors, if it has any, are all
     /// over their limits now (those step 1 answered, as answered; the rest
-    /// read). Stops at the first with room.
+    /// read). Stops at the first with room. When they refuse, what was read
+    /// is their answer: the request reads nothing of them again.
     pub(super) async fn quota_refuses(
         &self,
         plans: &[Plan<'_>],
-        answers: &[Option<Answer>],
+        answers: &mut [Option<Answer>],
     ) -> Result<bool, Status> {
         let mut any = false;
-        for (plan, answer) in plans.iter().zip(answers) {
+        let mut read = Vec::new();
+        for (index, (plan, answer)) in plans.iter().zip(answers.iter()).enumerate() {
             let Plan::Limited(limited) = plan else {
                 continue;
             };
@@ -29,9 +31,11 @@ impl RlsService {
             let allowed = match (answer, &rule.action) {
                 (Some(answer), _) => answer.allowed(),
                 (None, Action::Limit(policy)) => {
-                    peek(&self.app.limiter, &limited.key, policy, limited.hits)
-                        .await?
-                        .allowed
+                    let decision =
+                        peek(&self.app.limiter, &limited.key, policy, limited.hits).await?;
+                    let allowed = decision.allowed;
+                    read.push((index, decision));
+                    allowed
                 }
                 (None, Action::Refuse) => false,
                 (None, Action::Unlimited) => true,
@@ -39,6 +43,9 @@ impl RlsService {
             if allowed {
                 return Ok(false);
             }
+        }
+        for (index, decision) in read {
+            answers[index] = Some(Answer::Decided(decision));
         }
         Ok(any)
     }
