@@ -152,16 +152,13 @@ impl Reloader {
     /// differs from what was last loaded (or tried). A file that cannot be
     /// read is no change: a ConfigMap swap or an editor may leave the path
     /// missing for an instant, so wait for it to be back rather than fail.
-    pub fn changed(&mut self) -> bool {
-        let mut changed = false;
-        for (path, seen) in &mut self.seen {
-            match std::fs::read(path).ok() {
-                now if now == *seen => {}
-                None => *seen = None,
-                Some(_) => changed = true,
-            }
-        }
-        changed
+    /// What was loaded is kept meanwhile, so a file back with the same
+    /// bytes is no change either (no reload made or counted for it).
+    pub fn changed(&self) -> bool {
+        self.seen.iter().any(|(path, seen)| match std::fs::read(path) {
+            Ok(now) => Some(&now) != seen.as_ref(),
+            Err(_) => false,
+        })
     }
 
     /// A reloaded configuration was put in force: its `reload.watch_ms`

@@ -168,3 +168,30 @@ fn a_reloaded_watch_applies_only_with_the_file() {
     reloader.applied(&reloaded.config);
     assert_eq!(reloader.watch(), None);
 }
+
+/// A ConfigMap swap or an editor can leave a watched file missing for an
+/// instant: when it is back with the bytes that were loaded, nothing
+/// changed, and no reload is made (or counted) for it. Back with other
+/// bytes, it changed.
+#[test]
+fn a_file_briefly_missing_and_back_unchanged_is_no_change() {
+    let dir = test_dir().join("missing");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("slidegate.toml");
+    let text = "[policies.api]\nlimits = [{ limit = 5, window = \"1s\" }]\n";
+    std::fs::write(&path, text).unwrap();
+    let overrides = Overrides {
+        config: Some(path.clone()),
+        ..Overrides::default()
+    };
+    let reloader = Reloader::new(overrides.clone(), Config::load(&overrides).unwrap());
+    assert!(!reloader.changed());
+
+    std::fs::remove_file(&path).unwrap();
+    assert!(!reloader.changed(), "missing is no change");
+    std::fs::write(&path, text).unwrap();
+    assert!(!reloader.changed(), "back with the same bytes is no change");
+
+    std::fs::write(&path, text.replace('5', "6")).unwrap();
+    assert!(reloader.changed(), "back with other bytes is a change");
+}
