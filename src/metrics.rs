@@ -30,9 +30,12 @@ use crate::store::StoreError;
 type Counter = prometheus_client::metrics::counter::Counter<u64, Striped>;
 
 /// Upper bounds of the latency buckets, in seconds: 100 µs (a near-cache
-/// answer) to 1 s (far past any sane store timeout).
-const LATENCY_BUCKETS: [f64; 13] = [
-    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+/// answer) to 60 s, the longest `memcached.timeout_ms` a file may set, so
+/// that a check that waits out any configured timeout lands in a finite
+/// bucket.
+pub(crate) const LATENCY_BUCKETS: [f64; 18] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0, 30.0, 60.0,
 ];
 
 /// How a decision ended, for `slidegate_decisions_total{outcome}`.

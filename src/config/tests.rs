@@ -249,3 +249,19 @@ fn memcached_servers_must_be_host_and_port() {
         .is_ok()
     );
 }
+
+/// The latency histograms reach the longest store timeout a file may set:
+/// a check that waits out its whole timeout is counted in a finite bucket,
+/// not only in `+Inf`, where every slow check would look alike.
+#[test]
+fn the_latency_buckets_reach_the_longest_store_timeout() {
+    let longest = resolve("[memcached]\ntimeout_ms = 60000\n", &Overrides::default())
+        .unwrap()
+        .timeout;
+    assert!(resolve("[memcached]\ntimeout_ms = 60001\n", &Overrides::default()).is_err());
+    let last = crate::metrics::LATENCY_BUCKETS.last().copied().unwrap();
+    assert!(
+        last >= longest.as_secs_f64(),
+        "the last finite bucket is {last} s, under a timeout of {longest:?}"
+    );
+}

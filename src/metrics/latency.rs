@@ -17,8 +17,8 @@ use prometheus_client::metrics::{MetricType, TypedMetric};
 use super::striped::StripedArray;
 
 /// A stripe's slots: a count per bound, one past the last (`+Inf`), and
-/// the sum; 16 fill two cache lines.
-const SLOTS: usize = 16;
+/// the sum; 24 fill three cache lines.
+const SLOTS: usize = 24;
 
 /// Fixed buckets, upper bounds in seconds; `+Inf` is implied.
 #[derive(Clone, Debug)]
