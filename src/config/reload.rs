@@ -155,10 +155,12 @@ impl Reloader {
     /// What was loaded is kept meanwhile, so a file back with the same
     /// bytes is no change either (no reload made or counted for it).
     pub fn changed(&self) -> bool {
-        self.seen.iter().any(|(path, seen)| match std::fs::read(path) {
-            Ok(now) => Some(&now) != seen.as_ref(),
-            Err(_) => false,
-        })
+        self.seen
+            .iter()
+            .any(|(path, seen)| match std::fs::read(path) {
+                Ok(now) => Some(&now) != seen.as_ref(),
+                Err(_) => false,
+            })
     }
 
     /// A reloaded configuration was put in force: its `reload.watch_ms`
