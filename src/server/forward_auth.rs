@@ -7,20 +7,20 @@ use std::net::{IpAddr, SocketAddr};
 use hyper::body::{Bytes, Incoming};
 use hyper::{HeaderMap, Request, Response, StatusCode};
 
-use super::App;
 use super::answer;
 use super::api::{self, Body};
 use super::routes::check_error;
+use super::{App, Live};
 use crate::config::check_deny_status;
 
 /// Forward-auth for proxies: `GET /v1/auth?policy=NAME[&cost=N][&deny_status=S]`.
 /// Admitted: 200 with the rate-limit headers and an empty body.
 pub(super) async fn forward_auth(
     app: &App,
+    live: &Live,
     request: &Request<Incoming>,
     peer: SocketAddr,
 ) -> Response<Body> {
-    let live = app.live();
     let mut policy_name = None;
     let mut cost = 1;
     let mut deny_status = live.auth.deny_status;
@@ -57,7 +57,7 @@ pub(super) async fn forward_auth(
     let Some(policy_name) = policy_name else {
         return api::error(StatusCode::BAD_REQUEST, "policy: is required");
     };
-    authorize(app, &live, &policy_name, cost, deny_status, request, peer).await
+    authorize(app, live, &policy_name, cost, deny_status, request, peer).await
 }
 
 /// Forward-auth for proxies that append the client's path and query to the
@@ -67,14 +67,14 @@ pub(super) async fn forward_auth(
 /// cost 1, the configured `deny_status`.
 pub(super) async fn forward_auth_path(
     app: &App,
+    live: &Live,
     request: &Request<Incoming>,
     peer: SocketAddr,
     rest: &str,
 ) -> Response<Body> {
-    let live = app.live();
     let policy_name = rest.split('/').next().unwrap_or_default();
     let deny_status = live.auth.deny_status;
-    authorize(app, &live, policy_name, 1, deny_status, request, peer).await
+    authorize(app, live, policy_name, 1, deny_status, request, peer).await
 }
 
 async fn authorize(

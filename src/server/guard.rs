@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
 use hyper::header::{AUTHORIZATION, HeaderValue, WWW_AUTHENTICATE};
 use hyper::{Request, Response, StatusCode};
 use tokio::net::{TcpListener, TcpStream};
@@ -29,10 +28,6 @@ pub(crate) struct Guard {
     /// How long a connection may be quiet before it is closed: see
     /// [`Guard::quiet_timeout`].
     quiet_timeout: Duration,
-    /// What a reload swaps: a call reads the tokens in force when it is
-    /// checked, so a revoked token is refused from the next call on. Read
-    /// without a lock or a count (arc-swap), and no allocation.
-    tokens: ArcSwap<TokenSettings>,
     open: Arc<AtomicUsize>,
     refused: AtomicU64,
     unauthorized: AtomicU64,
@@ -52,18 +47,23 @@ impl Drop for Permit {
     }
 }
 
-/// The token settings a reload replaces together.
-struct TokenSettings {
+/// The token settings a reload replaces. They are part of the live
+/// configuration ([`super::live::Live`]), swapped with the policies they
+/// guard: a call is checked and decided under one configuration, so a
+/// revoked token is refused from the next call on, and never decided
+/// under the policies of the reload that revoked it.
+#[derive(Clone, Default)]
+pub(crate) struct TokenSettings {
     api_tokens: ApiTokens,
     metrics_need_token: bool,
 }
 
 impl TokenSettings {
-    fn of(settings: &ServerGuard) -> Arc<TokenSettings> {
-        Arc::new(TokenSettings {
+    pub(crate) fn of(settings: &ServerGuard) -> TokenSettings {
+        TokenSettings {
             api_tokens: settings.api_tokens.clone(),
             metrics_need_token: settings.metrics_need_token,
-        })
+        }
     }
 }
 
@@ -72,7 +72,6 @@ impl Guard {
         Guard {
             max_connections: AtomicUsize::new(settings.max_connections),
             quiet_timeout: settings.quiet_timeout,
-            tokens: ArcSwap::new(TokenSettings::of(&settings)),
             open: Arc::new(AtomicUsize::new(0)),
             refused: AtomicU64::new(0),
             unauthorized: AtomicU64::new(0),
@@ -138,33 +137,29 @@ impl Guard {
         self.quiet_timeout
     }
 
-    /// Put a reloaded configuration's cap and tokens in force: the next
-    /// call (HTTP or RLS) is checked against them. The quiet timeout is
-    /// not a setting of the file.
+    /// Put a reloaded configuration's cap in force (its tokens are put in
+    /// force with its policies, by `App::apply_config`). The quiet timeout
+    /// is not a setting of the file.
     pub(crate) fn apply(&self, settings: &ServerGuard) {
         self.max_connections
             .store(settings.max_connections, Ordering::Relaxed);
-        self.tokens.store(TokenSettings::of(settings));
     }
 
-    /// Whether `/metrics` needs a token now (when tokens are set).
-    pub(crate) fn metrics_need_token(&self) -> bool {
-        self.tokens.load().metrics_need_token
-    }
-
-    /// The 401 for a request that needs a token and has no valid one;
+    /// The 401 for a request that needs a token and has no valid one under
+    /// `tokens` (those of the configuration the request is decided under);
     /// `None` lets it through. No allocation when it passes.
     /// Who may call is the route's to say (`access`, from the route
     /// table), so no path can be left out here.
     pub(crate) fn refuse<B>(
         &self,
+        tokens: &TokenSettings,
         request: &Request<B>,
         access: super::routes::Access,
     ) -> Option<Response<Body>> {
         use super::routes::Access;
         let needs_token = match access {
             Access::Token => true,
-            Access::TokenIfMetricsNeedIt => self.metrics_need_token(),
+            Access::TokenIfMetricsNeedIt => tokens.metrics_need_token,
             Access::Open => false,
         };
         if !needs_token {
@@ -177,7 +172,7 @@ impl Guard {
                 .get(AUTHORIZATION)
                 .map(HeaderValue::as_bytes)
         };
-        let message = self.token_refusal_of(authorization)?;
+        let message = self.token_refusal_of(tokens, authorization)?;
         let mut response = api::error(StatusCode::UNAUTHORIZED, message);
         response.headers_mut().insert(
             WWW_AUTHENTICATE,
@@ -186,24 +181,28 @@ impl Guard {
         Some(response)
     }
 
-    /// Why a call that needs a token is refused, given its `authorization`
-    /// value (an HTTP header or gRPC metadata): `None` when no tokens are
-    /// set or it carries a valid one. A refusal is counted. (The HTTP face
-    /// reads its header only when needed, through `token_refusal_of`.)
+    /// Why a call that needs a token is refused under `tokens`, given its
+    /// `authorization` value (an HTTP header or gRPC metadata): `None` when
+    /// no tokens are set or it carries a valid one. A refusal is counted.
+    /// (The HTTP face reads its header only when needed, through
+    /// `token_refusal_of`.)
     #[cfg(any(test, feature = "grpc"))]
-    pub(crate) fn token_refusal(&self, authorization: Option<&[u8]>) -> Option<&'static str> {
-        self.token_refusal_of(|| authorization)
+    pub(crate) fn token_refusal(
+        &self,
+        tokens: &TokenSettings,
+        authorization: Option<&[u8]>,
+    ) -> Option<&'static str> {
+        self.token_refusal_of(tokens, || authorization)
     }
 
     /// [`token_refusal`](Self::token_refusal), reading `authorization`
     /// only when tokens are set.
     fn token_refusal_of<'a>(
         &self,
+        tokens: &TokenSettings,
         authorization: impl FnOnce() -> Option<&'a [u8]>,
     ) -> Option<&'static str> {
-        // Borrowed, not counted: every call reads the tokens.
-        let live = self.tokens.load();
-        let tokens = &live.api_tokens;
+        let tokens = &tokens.api_tokens;
         if !tokens.guard_on() {
             return None;
         }

@@ -1,17 +1,19 @@
 //! What a reload replaces: the named policies, forward-auth settings,
-//! exemptions and the `limits.max_counters` they were checked against,
-//! swapped as one, so that a request is decided under one consistent
-//! configuration.
+//! exemptions, the `limits.max_counters` they were checked against and the
+//! API tokens, swapped as one, so that a request is checked and decided
+//! under one consistent configuration.
 
 use std::sync::Arc;
 
+use super::guard::TokenSettings;
 use super::{App, api};
-use crate::config::{AuthConfig, Config, Exemptions};
+use crate::config::{AuthConfig, Config, Exemptions, ServerGuard};
 use crate::limiter::Limiter;
 use crate::policy::Policy;
 use crate::store::AnyStore;
 
 /// The settings that change without a restart.
+#[derive(Clone)]
 pub(crate) struct Live {
     pub policies: api::NamedPolicies,
     /// `limits.max_counters` of the configuration these policies came
@@ -20,6 +22,9 @@ pub(crate) struct Live {
     pub auth: AuthConfig,
     /// Keys and forward-auth clients never limited.
     pub exemptions: Exemptions,
+    /// The API tokens a call is checked against: read from the same
+    /// configuration as the policies that decide it.
+    pub tokens: TokenSettings,
 }
 
 impl App {
@@ -29,6 +34,7 @@ impl App {
         max_counters: usize,
         auth: AuthConfig,
         exemptions: Exemptions,
+        tokens: TokenSettings,
     ) -> Live {
         let policies = policies
             .into_iter()
@@ -42,10 +48,12 @@ impl App {
             max_counters,
             auth,
             exemptions,
+            tokens,
         }
     }
 
-    /// The policies and forward-auth settings in force now.
+    /// The configuration in force now: a call takes it once, and is checked
+    /// and decided under it.
     pub(crate) fn live(&self) -> Arc<Live> {
         // Counted (a request holds it across its check), but not locked.
         self.live.load_full()
@@ -62,13 +70,14 @@ impl App {
             live.max_counters,
             auth,
             live.exemptions.clone(),
+            live.tokens.clone(),
         ));
     }
 
     /// Put in force everything of a reloaded configuration that applies
-    /// live: the policies, forward-auth and exemptions, the server guard
-    /// (API tokens, connection cap, ...) and the RLQS settings. What a
-    /// reload changes is decided here, in one place, for every face.
+    /// live: the policies, forward-auth, exemptions and API tokens (one
+    /// swap), the connection cap and the RLQS settings. What a reload
+    /// changes is decided here, in one place, for every face.
     pub fn apply_live(&self, config: &Config) {
         self.apply_config(config);
         self.guard.apply(&config.server);
@@ -90,7 +99,8 @@ impl App {
     }
 
     /// [`apply`](Self::apply) what a configuration says, its exemptions
-    /// included, as one swap: a request sees all of it or none.
+    /// and API tokens included, as one swap: a request sees all of it or
+    /// none.
     pub fn apply_config(&self, config: &Config) {
         // The limiter's own bound only rises: it is the highest any
         // configuration was served under, so a request decided across this
@@ -109,20 +119,28 @@ impl App {
             config.max_counters,
             config.auth.clone(),
             config.exemptions.clone(),
+            TokenSettings::of(&config.server),
         ));
     }
 
     /// Never limit these keys and forward-auth clients.
     pub fn with_exemptions(self, exemptions: Exemptions) -> App {
-        let live = self.live();
-        let policies = live.policies.values().map(|served| served.policy.clone());
-        self.swap_live(Self::live_of(
-            &self.limiter,
-            policies,
-            live.max_counters,
-            live.auth.clone(),
-            exemptions,
-        ));
+        self.changing_live(|live| live.exemptions = exemptions)
+    }
+
+    /// Cap connections and require API tokens as `settings` say.
+    pub fn with_guard(mut self, settings: ServerGuard) -> App {
+        let tokens = TokenSettings::of(&settings);
+        self.guard = super::guard::Guard::new(settings, self.guard.local_clock.clone());
+        self.changing_live(|live| live.tokens = tokens)
+    }
+
+    /// The app with one part of its live configuration changed, the rest
+    /// kept: for building an app, before it serves.
+    fn changing_live(self, change: impl FnOnce(&mut Live)) -> App {
+        let mut live = Live::clone(&self.live());
+        change(&mut live);
+        self.swap_live(live);
         self
     }
 

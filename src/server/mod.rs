@@ -111,6 +111,7 @@ impl App {
             max_counters,
             auth,
             Exemptions::default(),
+            guard::TokenSettings::default(),
         );
         App {
             limiter,
@@ -128,12 +129,6 @@ impl App {
             #[cfg(feature = "grpc")]
             rlqs,
         }
-    }
-
-    /// Cap connections and require API tokens as `settings` say.
-    pub fn with_guard(mut self, settings: ServerGuard) -> App {
-        self.guard = guard::Guard::new(settings, self.guard.local_clock.clone());
-        self
     }
 
     /// Connections closed at once because the cap was reached.
@@ -225,7 +220,8 @@ impl App {
             config.auth.clone(),
         )
         .with_exemptions(config.exemptions.clone());
-        app.guard = guard::Guard::new(config.server.clone(), local_clock);
+        app.guard.local_clock = local_clock;
+        app = app.with_guard(config.server.clone());
         #[cfg(feature = "grpc")]
         {
             app.rls_max_descriptors = config.rls_max_descriptors;

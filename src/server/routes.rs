@@ -7,12 +7,12 @@ use hyper::body::Incoming;
 use hyper::header::{ALLOW, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 
-use super::App;
 use super::answer;
 use super::api::{self, Body, Call};
 use super::body::read_body;
 use super::forward_auth::{forward_auth, forward_auth_path};
 use super::ops;
+use super::{App, Live};
 use crate::limiter::{CheckError, Source};
 
 /// Who may call a route when `server.api_tokens` is set.
@@ -150,29 +150,32 @@ pub(crate) async fn handle(
     let Some(route) = ROUTES.iter().find(|route| route.path.matches(path)) else {
         return api::error(StatusCode::NOT_FOUND, format!("no such endpoint: {path}"));
     };
+    // Taken once: the call is checked and decided under one configuration,
+    // whatever a reload puts in force meanwhile.
+    let live = app.live();
     // Before the method: a caller without a token learns nothing of a
     // guarded route, not even which methods it takes.
-    if let Some(refusal) = app.guard.refuse(&request, route.access) {
+    if let Some(refusal) = app.guard.refuse(&live.tokens, &request, route.access) {
         return refusal;
     }
     if !route.methods.admit(request.method()) {
         return method_not_allowed(route.methods.allow());
     }
     match route.handler {
-        Handler::Check => decide(app, request, Operation::Check).await,
-        Handler::Peek => decide(app, request, Operation::Peek).await,
-        Handler::Report => decide(app, request, Operation::Report).await,
-        Handler::Auth => forward_auth(app, &request, peer).await,
+        Handler::Check => decide(app, &live, request, Operation::Check).await,
+        Handler::Peek => decide(app, &live, request, Operation::Peek).await,
+        Handler::Report => decide(app, &live, request, Operation::Report).await,
+        Handler::Auth => forward_auth(app, &live, &request, peer).await,
         Handler::AuthPath => {
             let rest = request.uri().path().get("/v1/auth/".len()..);
-            forward_auth_path(app, &request, peer, rest.unwrap_or_default()).await
+            forward_auth_path(app, &live, &request, peer, rest.unwrap_or_default()).await
         }
         Handler::Health => api::json(StatusCode::OK, serde_json::json!({ "status": "ok" })),
         Handler::Ready => ready(app).await,
         Handler::Metrics => super::metrics::respond(app),
-        Handler::Reset => ops::reset(app, request).await,
+        Handler::Reset => ops::reset(app, &live, request).await,
         Handler::Limited => ops::limited(app, &request),
-        Handler::Status => ops::status(app).await,
+        Handler::Status => ops::status(app, &live).await,
         Handler::OpenApi => ops::openapi(),
         Handler::Page => ops::page(),
     }
@@ -189,12 +192,16 @@ fn method_not_allowed(allowed: &'static str) -> Response<Body> {
     response
 }
 
-async fn decide(app: &App, request: Request<Incoming>, operation: Operation) -> Response<Body> {
+async fn decide(
+    app: &App,
+    live: &Live,
+    request: Request<Incoming>,
+    operation: Operation,
+) -> Response<Body> {
     let body = match read_body(request).await {
         Ok(body) => body,
         Err(response) => return response,
     };
-    let live = app.live();
     let Call { key, served, cost } = match api::parse_call(&body, &live.policies, live.max_counters)
     {
         Ok(call) => call,

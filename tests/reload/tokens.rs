@@ -181,3 +181,59 @@ async fn an_emptied_tokens_file_refuses_every_call() {
 async fn an_emptied_token_list_refuses_every_call() {
     with_no_token_left_every_call_is_refused(TokensIn::List).await;
 }
+
+/// A request is decided under one configuration: the one in force when its
+/// token was checked. Here a request's headers (with a token) arrive, then
+/// a reload revokes that token and removes the policy it names, then its
+/// body arrives: it is decided under the configuration whose token it
+/// carried (200), not under the new policies with the revoked token, which
+/// named its policy unknown (400).
+#[tokio::test]
+async fn a_request_is_decided_under_the_configuration_its_token_was_checked_by() {
+    use tokio::io::AsyncWriteExt;
+
+    let dir = process::temp_dir("slidegate-one-config");
+    let config = dir.join("slidegate.toml");
+    let write = |tokens: &[&str], policy: &str| {
+        let quoted: Vec<String> = tokens.iter().map(|t| format!("{t:?}")).collect();
+        std::fs::write(
+            &config,
+            format!(
+                "[reload]\nwatch_ms = 0\n[server]\napi_tokens = [{}]\n\
+                 [policies.{policy}]\nlimits = [{{ limit = 1000, window = \"1h\" }}]\n",
+                quoted.join(", ")
+            ),
+        )
+        .unwrap();
+    };
+    write(&[TOKEN_A, TOKEN_B], "api");
+    let addr = process::free_addr();
+    let daemon = start_listening(&config, &dir, Some(addr), &[addr]);
+
+    let body = r#"{"key": "k", "policy": "api"}"#;
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST /v1/check HTTP/1.1\r\nhost: slidegate\r\nauthorization: Bearer {TOKEN_A}\r\n\
+         content-type: application/json\r\nconnection: close\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    // The head is read and its token checked; the body has not come yet.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+
+    write(&[TOKEN_B], "other");
+    hang_up(&daemon);
+    reloaded(addr, 1.0).await;
+    assert_eq!(check_with(addr, TOKEN_A).await, 401, "the token is revoked");
+
+    let answer = http::raw_exchange(
+        &mut stream,
+        body.as_bytes(),
+        std::time::Duration::from_secs(10),
+    )
+    .await;
+    assert!(
+        answer.starts_with("HTTP/1.1 200"),
+        "decided under the new policies with the revoked token:\n{answer}"
+    );
+}

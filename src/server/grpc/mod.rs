@@ -60,7 +60,8 @@ pub(crate) fn authorize_value(
     app: &App,
     authorization: Option<&tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
 ) -> Result<(), Status> {
-    match (app.guard).token_refusal(authorization.map(|value| value.as_bytes())) {
+    let live = app.live();
+    match (app.guard).token_refusal(&live.tokens, authorization.map(|value| value.as_bytes())) {
         Some(message) => Err(Status::unauthenticated(message)),
         None => Ok(()),
     }

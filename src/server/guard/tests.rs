@@ -17,8 +17,13 @@ fn settings(max_connections: usize, tokens: &[&str], metrics_need_token: bool) -
     }
 }
 
-fn guard(settings: ServerGuard) -> Guard {
-    Guard::new(settings, Arc::new(WatchedClock::new(SystemClock)))
+/// A guard, and the tokens of the configuration it is built from.
+fn guard_of(settings: ServerGuard) -> (Guard, TokenSettings) {
+    let tokens = TokenSettings::of(&settings);
+    (
+        Guard::new(settings, Arc::new(WatchedClock::new(SystemClock))),
+        tokens,
+    )
 }
 
 fn request(authorization: Option<&str>) -> Request<()> {
@@ -31,7 +36,7 @@ fn request(authorization: Option<&str>) -> Request<()> {
 
 #[test]
 fn the_cap_counts_places_and_gives_them_back() {
-    let guard = guard(settings(2, &[], false));
+    let (guard, _) = guard_of(settings(2, &[], false));
     let first = guard.admit().expect("a place under the cap");
     let second = guard.admit().expect("a place under the cap");
     assert_eq!(guard.open_connections(), 2);
@@ -48,73 +53,97 @@ fn the_cap_counts_places_and_gives_them_back() {
     assert_eq!(guard.refused_connections(), 2);
 }
 
+/// The cap changes on a reload, the quiet timeout does not. (The tokens
+/// are swapped with the policies, in `Live`: `tests/reload`.)
 #[test]
-fn a_reload_changes_the_cap_and_the_tokens_but_not_the_quiet_timeout() {
-    let guard = guard(settings(1, &[TOKEN], false));
+fn a_reload_changes_the_cap_but_not_the_quiet_timeout() {
+    let (guard, _) = guard_of(settings(1, &[TOKEN], false));
     let _held = guard.admit().unwrap();
     assert!(guard.admit().is_none());
-    assert_eq!(
-        guard.token_refusal(Some(b"Bearer another-token-of-16-bytes")),
-        Some("authorization: the bearer token is not valid")
-    );
 
     let mut reloaded = settings(2, &[OTHER_TOKEN], true);
     reloaded.quiet_timeout = Duration::from_secs(10);
     guard.apply(&reloaded);
     assert!(guard.admit().is_some(), "the raised cap is in force");
-    assert_eq!(
-        guard.token_refusal(Some(b"Bearer another-token-of-16-bytes")),
-        None
-    );
+    assert_eq!(guard.quiet_timeout(), Duration::from_secs(3));
+}
+
+/// An app's tokens are those of its live configuration: a reload's new
+/// tokens are in force from the next call, and a call holding the
+/// configuration it started under keeps its tokens and its policies.
+#[test]
+fn the_tokens_are_swapped_with_the_policies() {
+    let limiter = Limiter::builder(AnyStore::Memory(MemoryStore::with_capacity(512))).build();
+    let app = App::new(limiter, [], AuthConfig::default()).with_guard(settings(1, &[TOKEN], false));
+    let bearer = format!("Bearer {TOKEN}");
+    let before = app.live();
+    let config = crate::config::Config::resolve(
+        Some((
+            std::path::Path::new("slidegate.toml"),
+            &format!(
+                "[server]\napi_tokens = [\"{OTHER_TOKEN}\"]\n\
+                 [policies.api]\nlimits = [{{ limit = 5, window = \"1s\" }}]\n"
+            ),
+        )),
+        &crate::config::Overrides::default(),
+    )
+    .unwrap();
+    app.apply_live(&config);
+    let after = app.live();
     assert!(
-        guard
-            .token_refusal(Some(b"Bearer a-token-of-at-least-16-bytes"))
+        app.guard
+            .token_refusal(&after.tokens, Some(bearer.as_bytes()))
             .is_some(),
         "revoked"
     );
-    assert!(guard.metrics_need_token());
-    assert_eq!(guard.quiet_timeout(), Duration::from_secs(3));
+    assert!(after.policies.contains_key("api"));
+    assert_eq!(
+        app.guard
+            .token_refusal(&before.tokens, Some(bearer.as_bytes())),
+        None
+    );
+    assert!(before.policies.is_empty());
 }
 
 #[test]
 fn a_call_without_a_valid_token_is_refused_and_counted() {
-    let guard = guard(settings(10, &[TOKEN], false));
+    let (guard, tokens) = guard_of(settings(10, &[TOKEN], false));
     let bearer = format!("Bearer {TOKEN}");
-    assert_eq!(guard.token_refusal(Some(bearer.as_bytes())), None);
+    assert_eq!(guard.token_refusal(&tokens, Some(bearer.as_bytes())), None);
     assert_eq!(
-        guard.token_refusal(None),
+        guard.token_refusal(&tokens, None),
         Some("authorization: required: send Authorization: Bearer <token>")
     );
     assert_eq!(
-        guard.token_refusal(Some(b"Basic dXNlcjpwYXNz")),
+        guard.token_refusal(&tokens, Some(b"Basic dXNlcjpwYXNz")),
         Some("authorization: required: send Authorization: Bearer <token>")
     );
     assert_eq!(
-        guard.token_refusal(Some(b"Bearer not-the-token-at-all")),
+        guard.token_refusal(&tokens, Some(b"Bearer not-the-token-at-all")),
         Some("authorization: the bearer token is not valid")
     );
     assert_eq!(guard.unauthorized.load(Ordering::Relaxed), 3);
 
     // With no tokens set, every call passes, uncounted.
-    let open = super::Guard::new(settings(10, &[], true), guard.local_clock.clone());
-    assert_eq!(open.token_refusal(None), None);
+    let (open, no_tokens) = guard_of(settings(10, &[], true));
+    assert_eq!(open.token_refusal(&no_tokens, None), None);
     assert_eq!(open.unauthorized.load(Ordering::Relaxed), 0);
 }
 
 #[test]
 fn a_route_needs_a_token_as_its_access_says() {
-    let metrics_open = guard(settings(10, &[TOKEN], false));
-    let metrics_closed = guard(settings(10, &[TOKEN], true));
+    let metrics_open = guard_of(settings(10, &[TOKEN], false));
+    let metrics_closed = guard_of(settings(10, &[TOKEN], true));
     let bearer = format!("Bearer {TOKEN}");
-    for guard in [&metrics_open, &metrics_closed] {
-        assert!(guard.refuse(&request(None), Access::Open).is_none());
+    for (guard, tokens) in [&metrics_open, &metrics_closed] {
+        assert!(guard.refuse(tokens, &request(None), Access::Open).is_none());
         assert!(
             guard
-                .refuse(&request(Some(&bearer)), Access::Token)
+                .refuse(tokens, &request(Some(&bearer)), Access::Token)
                 .is_none()
         );
         let refused = guard
-            .refuse(&request(None), Access::Token)
+            .refuse(tokens, &request(None), Access::Token)
             .expect("a call without a token is refused");
         assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
         assert_eq!(
@@ -122,16 +151,13 @@ fn a_route_needs_a_token_as_its_access_says() {
             "Bearer realm=\"slidegate\""
         );
     }
-    assert!(!metrics_open.metrics_need_token());
-    assert!(metrics_closed.metrics_need_token());
     let metrics = Access::TokenIfMetricsNeedIt;
-    assert!(metrics_open.refuse(&request(None), metrics).is_none());
-    assert!(metrics_closed.refuse(&request(None), metrics).is_some());
-    assert!(
-        metrics_closed
-            .refuse(&request(Some(&bearer)), metrics)
-            .is_none()
-    );
+    let refuse = |(guard, tokens): &(Guard, TokenSettings), request| {
+        guard.refuse(tokens, &request, metrics).is_some()
+    };
+    assert!(!refuse(&metrics_open, request(None)));
+    assert!(refuse(&metrics_closed, request(None)));
+    assert!(!refuse(&metrics_closed, request(Some(&bearer))));
 }
 
 #[test]
@@ -140,7 +166,7 @@ fn the_guards_figures_are_read_into_metrics() {
     let app = App::new(limiter, [], AuthConfig::default()).with_guard(settings(1, &[TOKEN], false));
     let _held = app.guard.admit().unwrap();
     assert!(app.guard.admit().is_none());
-    assert!(app.guard.token_refusal(None).is_some());
+    assert!(app.guard.token_refusal(&app.live().tokens, None).is_some());
     let figures: Vec<(&str, bool, i64)> = snapshot(&app)
         .iter()
         .map(|figure| (figure.name, figure.counter, figure.value))

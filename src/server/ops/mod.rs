@@ -16,10 +16,10 @@ use hyper::body::{Bytes, Incoming};
 use hyper::header::{CONTENT_TYPE, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 
-use super::App;
 use super::api::{self, Body, Call};
 use super::body::read_body;
 use super::routes::{check_error, nodes_json};
+use super::{App, Live};
 use crate::clock::{Clock, SystemClock};
 use crate::limiter::Decision;
 use recent::{Kind, RecentDecisions};
@@ -86,12 +86,11 @@ impl Ops {
 
 /// `POST /v1/reset`: the key's counters of those limits removed from the
 /// store; the next check starts from zero.
-pub(super) async fn reset(app: &App, request: Request<Incoming>) -> Response<Body> {
+pub(super) async fn reset(app: &App, live: &Live, request: Request<Incoming>) -> Response<Body> {
     let body = match read_body(request).await {
         Ok(body) => body,
         Err(response) => return response,
     };
-    let live = app.live();
     let Call { key, served, cost } = match api::parse_call(&body, &live.policies, live.max_counters)
     {
         Ok(call) => call,
@@ -153,9 +152,8 @@ pub(super) fn limited(app: &App, request: &Request<Incoming>) -> Response<Body> 
 }
 
 /// `GET /v1/status`: what the status page shows.
-pub(super) async fn status(app: &App) -> Response<Body> {
+pub(super) async fn status(app: &App, live: &Live) -> Response<Body> {
     let now_ms = SystemClock.now_ms();
-    let live = app.live();
     let mut names: Vec<&String> = live.policies.keys().collect();
     names.sort_unstable();
     let policies: Vec<serde_json::Value> = names
