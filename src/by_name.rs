@@ -17,20 +17,24 @@ use std::sync::{Arc, RwLock};
 /// How many entries each thread keeps at hand, of every map together.
 const KEPT_PER_THREAD: usize = 8;
 
-/// An entry a thread keeps: the id of its map, its name, the entry.
-type Kept = (u64, Box<str>, Arc<dyn Any + Send + Sync>);
+/// An entry a thread keeps: the id of its map, the map's generation when
+/// it was kept, its name, the entry.
+type Kept = (u64, u64, Box<str>, Arc<dyn Any + Send + Sync>);
 
 thread_local! {
     /// The entries this thread used last, newest first.
     static RECENT: RefCell<Vec<Kept>> = const { RefCell::new(Vec::new()) };
 }
 
-/// A `T` per name, created on first use and kept as long as the map (the
-/// names are the configuration's policies, so it stays as small as the
-/// configuration).
+/// A `T` per name, created on first use and kept until the name is
+/// [`remove`](ByName::remove)d (the names are the configuration's
+/// policies, so it stays as small as the configuration in force).
 pub(crate) struct ByName<T> {
     /// Tells this map's entries apart in each thread's list.
     id: u64,
+    /// Changed by each removal: what a thread kept before it is not used
+    /// again, so a name removed and made again is found afresh.
+    generation: AtomicU64,
     shared: RwLock<HashMap<Box<str>, Arc<T>>>,
 }
 
@@ -39,6 +43,7 @@ impl<T> Default for ByName<T> {
         static NEXT_ID: AtomicU64 = AtomicU64::new(0);
         ByName {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            generation: AtomicU64::new(0),
             shared: RwLock::default(),
         }
     }
@@ -54,14 +59,17 @@ impl<T: Send + Sync + 'static> ByName<T> {
     ) -> R {
         // The entry is used where it is kept: cloning its `Arc` would bump a
         // count shared by every thread.
+        let generation = self.generation.load(Ordering::Acquire);
         let with = match RECENT.with(|recent| {
             let Ok(recent) = recent.try_borrow() else {
                 return Err(with);
             };
             let kept = recent
                 .iter()
-                .find(|(map, kept, _)| *map == self.id && **kept == *name)
-                .and_then(|(_, _, entry)| entry.downcast_ref::<T>());
+                .find(|(map, kept_in, kept, _)| {
+                    *map == self.id && *kept_in == generation && **kept == *name
+                })
+                .and_then(|(_, _, _, entry)| entry.downcast_ref::<T>());
             match kept {
                 Some(entry) => Ok(with(entry)),
                 None => Err(with),
@@ -76,10 +84,13 @@ impl<T: Send + Sync + 'static> ByName<T> {
             // Only a `with` that itself looks up a name holds the list now;
             // its entry is then simply not kept.
             if let Ok(mut recent) = recent.try_borrow_mut() {
+                // What this thread kept of an earlier generation of this
+                // map is never used again.
+                recent.retain(|(map, kept_in, _, _)| *map != self.id || *kept_in == generation);
                 if recent.len() == KEPT_PER_THREAD {
                     recent.pop();
                 }
-                recent.insert(0, (self.id, name.into(), entry));
+                recent.insert(0, (self.id, generation, name.into(), entry));
             }
         });
         result
@@ -103,6 +114,20 @@ impl<T: Send + Sync + 'static> ByName<T> {
             .entry(name.into())
             .or_insert_with(|| Arc::new(create(name)))
             .clone()
+    }
+
+    /// Forget `name`: its entry leaves the shared map, and no thread uses
+    /// what it kept of this map before (the generation changes), so a use
+    /// of `name` after this makes a new entry. A use racing the removal
+    /// may still reach the old entry, once.
+    pub(crate) fn remove(&self, name: &str) -> Option<Arc<T>> {
+        let removed = self
+            .shared
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .remove(name);
+        self.generation.fetch_add(1, Ordering::Release);
+        removed
     }
 
     /// The entry of `name`, if it has one (not made, not kept).
@@ -171,5 +196,23 @@ mod tests {
         assert_eq!(first.get("p11").unwrap().load(Ordering::Relaxed), 3);
         assert_eq!(second.get("p0").unwrap().load(Ordering::Relaxed), 3);
         assert!(second.get("p1").is_none());
+    }
+
+    /// A removed name is gone from the map and from what this thread kept:
+    /// used again, it is a new entry, counted from zero.
+    #[test]
+    fn a_removed_name_is_made_afresh_even_where_a_thread_kept_it() {
+        let map: ByName<AtomicUsize> = ByName::default();
+        let count = |name: &str| {
+            map.with(name, |_| AtomicUsize::new(0), |entry| {
+                entry.fetch_add(1, Ordering::Relaxed) + 1
+            })
+        };
+        assert_eq!((count("p"), count("p"), count("q")), (1, 2, 1));
+        assert_eq!(map.remove("p").unwrap().load(Ordering::Relaxed), 2);
+        assert!(map.get("p").is_none());
+        assert_eq!(count("p"), 1, "not the entry this thread kept");
+        assert_eq!(count("q"), 2, "another name's entry stays");
+        assert!(map.remove("absent").is_none());
     }
 }

@@ -283,6 +283,24 @@ impl Metrics {
         self.policy_counters(name);
     }
 
+    /// Remove the series of a policy no longer configured (the server
+    /// calls this for each policy a reload removes): Prometheus marks them
+    /// stale, and the series follow the configuration in force. Configured
+    /// again, the policy starts from zero. A check decided across the
+    /// removal may bring its series back until the next removal.
+    pub fn forget_policy(&self, name: &str) {
+        if name == crate::policy::INLINE_SCOPE {
+            return;
+        }
+        self.by_policy.remove(name);
+        for outcome in Outcome::ALL {
+            self.decisions.remove(&DecisionLabels {
+                policy: name.to_owned(),
+                outcome,
+            });
+        }
+    }
+
     fn policy_counters(&self, name: &str) -> Arc<PolicyCounters> {
         self.by_policy
             .get_or_create(name, |name| PolicyCounters::new(&self.decisions, name))

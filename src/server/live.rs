@@ -144,8 +144,18 @@ impl App {
         self
     }
 
+    /// Put `live` in force. What the policies it no longer has kept by
+    /// name (their metric series, their last minute on the status page)
+    /// goes with them, so that it follows the configuration in force.
     fn swap_live(&self, live: Live) {
-        self.live.store(Arc::new(live));
+        let before = self.live.swap(Arc::new(live));
+        let now = self.live.load();
+        for name in before.policies.keys() {
+            if !now.policies.contains_key(name) {
+                self.limiter.metrics_handles().forget_policy(name);
+                self.ops.forget_policy(name);
+            }
+        }
     }
 
     /// Names of the policies in force, sorted.

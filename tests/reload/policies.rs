@@ -193,3 +193,48 @@ async fn a_request_in_flight_finishes_under_the_policies_it_started_with() {
     let after = check(addr, "api").await;
     assert_eq!(after.header("ratelimit-policy"), Some("\"api\";q=5;w=60"));
 }
+
+/// A policy a reload removes takes its `slidegate_decisions_total` series
+/// with it (Prometheus then marks them stale), so the series follow the
+/// configuration in force, not every configuration there ever was; a
+/// policy configured again starts its series afresh.
+#[tokio::test]
+async fn a_removed_policy_takes_its_series_with_it() {
+    let dir = process::temp_dir("slidegate-reload-series");
+    let config = dir.join("slidegate.toml");
+    let write = |names: &[&str]| {
+        let policies: String = names
+            .iter()
+            .map(|name| format!("[policies.{name}]\nlimits = [{{ limit = 5, window = \"1h\" }}]\n"))
+            .collect();
+        std::fs::write(&config, format!("[reload]\nwatch_ms = 0\n{policies}")).unwrap();
+    };
+    let series = |policy: &str| {
+        format!("slidegate_decisions_total{{policy=\"{policy}\",outcome=\"allowed\"}}")
+    };
+    write(&["api", "old"]);
+    let (daemon, addr) = start(&config, &dir);
+    assert_eq!(check(addr, "old").await.status, 200);
+    assert_eq!(metric(addr, &series("old")).await, Some(1.0));
+
+    write(&["api"]);
+    hang_up(&daemon);
+    reloaded(addr, 1.0).await;
+    assert_eq!(
+        metric(addr, &series("old")).await,
+        None,
+        "the removed policy's series stays"
+    );
+    assert_eq!(metric(addr, &series("api")).await, Some(0.0));
+
+    write(&["api", "old"]);
+    hang_up(&daemon);
+    reloaded(addr, 2.0).await;
+    assert_eq!(
+        metric(addr, &series("old")).await,
+        Some(0.0),
+        "configured again, afresh"
+    );
+    assert_eq!(check(addr, "old").await.status, 200);
+    assert_eq!(metric(addr, &series("old")).await, Some(1.0));
+}

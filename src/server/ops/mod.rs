@@ -63,6 +63,11 @@ impl Ops {
         }
     }
 
+    /// A policy a reload removed: its last minute is forgotten.
+    pub fn forget_policy(&self, policy: &str) {
+        self.recent.forget(policy);
+    }
+
     fn top(&self, top: usize) -> Vec<serde_json::Value> {
         let now_ms = SystemClock.now_ms();
         let found = self

@@ -98,6 +98,11 @@ impl RecentDecisions {
             .with(policy, |_| Ring::default(), |ring| ring.count(kind, now_ms));
     }
 
+    /// Forget a policy no longer configured.
+    pub fn forget(&self, policy: &str) {
+        self.by_policy.remove(policy);
+    }
+
     pub fn minute(&self, policy: &str, now_ms: u64) -> Minute {
         self.by_policy
             .get(policy)
