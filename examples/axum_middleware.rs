@@ -47,7 +47,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let app = Router::new()
         .route("/hello", get(|| async { "hello\n" }))
-        .layer(RateLimitLayer::new(limiter, policy, key));
+        .layer(RateLimitLayer::new(limiter, policy, key)?);
 
     let listen =
         std::env::var("SLIDEGATE_EXAMPLE_LISTEN").unwrap_or_else(|_| "127.0.0.1:3000".into());

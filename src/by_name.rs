@@ -204,9 +204,11 @@ mod tests {
     fn a_removed_name_is_made_afresh_even_where_a_thread_kept_it() {
         let map: ByName<AtomicUsize> = ByName::default();
         let count = |name: &str| {
-            map.with(name, |_| AtomicUsize::new(0), |entry| {
-                entry.fetch_add(1, Ordering::Relaxed) + 1
-            })
+            map.with(
+                name,
+                |_| AtomicUsize::new(0),
+                |entry| entry.fetch_add(1, Ordering::Relaxed) + 1,
+            )
         };
         assert_eq!((count("p"), count("p"), count("q")), (1, 2, 1));
         assert_eq!(map.remove("p").unwrap().load(Ordering::Relaxed), 2);

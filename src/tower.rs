@@ -18,7 +18,7 @@
 //! // Limit by API key; a request without one is not limited.
 //! let layer = RateLimitLayer::new(limiter, policy, |request: &http::Request<()>| {
 //!     request.headers().get("x-api-key")?.to_str().ok().map(str::to_owned)
-//! });
+//! })?;
 //! let mut service = layer.layer(tower_service_fn(|_request| async {
 //!     Ok::<_, std::convert::Infallible>(http::Response::new(String::from("hello")))
 //! }));
@@ -45,7 +45,9 @@
 //!
 //! A store that fails is decided by the limiter's failure mode; with
 //! [`crate::FailureMode::Deny`] the layer answers 503. A key the limiter
-//! refuses (longer than 1024 bytes) gets 400.
+//! refuses (longer than 1024 bytes) gets 400. A policy the limiter would
+//! refuse for every request (more counters than its `max_counters`) is
+//! refused when the layer is built.
 //!
 //! The headers are written as the server writes them (IETF httpapi
 //! RateLimit draft); the server builds its own on its hot path.
@@ -61,7 +63,7 @@ pub use tower_service::Service;
 
 use crate::headers::{PolicyHeaders, rate_limit_headers};
 use crate::limiter::{CheckError, Limiter};
-use crate::policy::Policy;
+use crate::policy::{Policy, PolicyError};
 use crate::store::Store;
 
 /// Limits the wrapped service by `key(&request)` under `policy`; `None`
@@ -87,16 +89,24 @@ impl<S, K> Clone for RateLimitLayer<S, K> {
 }
 
 impl<S: Store, K> RateLimitLayer<S, K> {
-    pub fn new(limiter: Arc<Limiter<S>>, policy: Policy, key: K) -> RateLimitLayer<S, K> {
+    /// A layer limiting by `key` under `policy`; refused when the limiter
+    /// would refuse `policy` on every check (it needs more counters than
+    /// the limiter's [`max_counters`](Limiter::max_counters)).
+    pub fn new(
+        limiter: Arc<Limiter<S>>,
+        policy: Policy,
+        key: K,
+    ) -> Result<RateLimitLayer<S, K>, PolicyError> {
+        policy.within(limiter.max_counters())?;
         let headers = PolicyHeaders::of(&policy);
-        RateLimitLayer {
+        Ok(RateLimitLayer {
             shared: Arc::new(Shared {
                 limiter,
                 policy,
                 key,
                 headers,
             }),
-        }
+        })
     }
 }
 

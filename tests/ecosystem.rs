@@ -275,7 +275,7 @@ mod tower_layer {
     ) {
         let hello = Hello::default();
         let calls = hello.0.clone();
-        let layer = RateLimitLayer::new(Arc::new(limiter), one_a_minute(), by_header);
+        let layer = RateLimitLayer::new(Arc::new(limiter), one_a_minute(), by_header).unwrap();
         (layer.layer(hello), calls)
     }
 
@@ -292,6 +292,20 @@ mod tower_layer {
         }
         let response = service.call(request.body(()).unwrap()).await.unwrap();
         response.status().as_u16()
+    }
+
+    /// A policy that needs more counters than the limiter's
+    /// `max_counters` would be refused on every request (400): the layer is
+    /// refused when it is built instead, naming why.
+    #[test]
+    fn a_policy_over_the_limiters_counter_bound_is_refused_when_the_layer_is_built() {
+        let limiter = Arc::new(Limiter::builder(MemoryStore::new()).max_counters(4).build());
+        let wide = Policy::new("wide", vec![Limit::new(1, 60_000, 8).unwrap()]).unwrap();
+        let error = RateLimitLayer::new(limiter.clone(), wide, by_header)
+            .err()
+            .expect("refused when built");
+        assert!(error.to_string().contains("max_counters = 4"), "{error}");
+        assert!(RateLimitLayer::new(limiter, one_a_minute(), by_header).is_ok());
     }
 
     #[tokio::test]
