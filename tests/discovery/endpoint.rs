@@ -93,6 +93,30 @@ async fn malformed_older_and_empty_configs_keep_the_node_list() {
     store.ping().await.unwrap();
 }
 
+/// One `ERROR` to `config get cluster` (a proxy, an engine mid-upgrade)
+/// makes the client try the legacy `get`; when that is refused too, the
+/// next poll asks `config get` again, rather than staying on the legacy
+/// command for good and never following the cluster again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_passing_error_to_config_get_does_not_leave_discovery_on_the_legacy_command() {
+    let (first, second) = (Memcached::start(), Memcached::start());
+    let endpoint = Endpoint::start(None).await;
+    endpoint.serve(3, &[&first]);
+    let store = MemcachedStore::connect(&options(&endpoint.addr))
+        .await
+        .unwrap();
+    wait_for_version(&store, 3).await;
+    {
+        let mut served = endpoint.served.lock().unwrap();
+        served.modern_only = true;
+        served.config_get_errors = 1;
+    }
+    endpoint.polled(3).await;
+    endpoint.serve(4, &[&first, &second]);
+    wait_for_version(&store, 4).await;
+    store.ping().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn engines_before_1_4_14_are_asked_with_get() {
     let node = Memcached::start();

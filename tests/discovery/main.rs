@@ -34,6 +34,12 @@ struct Served {
     nodes: Vec<String>,
     /// Refuse `config get cluster`, as engines before 1.4.14 do.
     legacy_only: bool,
+    /// Refuse `get AmazonElastiCache:cluster`, as an engine that only
+    /// knows `config get` may.
+    modern_only: bool,
+    /// Refuse this many `config get cluster` first (a proxy or an engine
+    /// mid-upgrade answering `ERROR` for a while).
+    config_get_errors: u32,
     /// Answer a reply that does not parse.
     malformed: bool,
 }
@@ -69,7 +75,7 @@ impl Endpoint {
                     let mut lines = BufReader::new(read).lines();
                     while let Ok(Some(line)) = lines.next_line().await {
                         polls.fetch_add(1, Ordering::Relaxed);
-                        let answer = answer(&served.lock().unwrap(), line.trim());
+                        let answer = answer(&mut served.lock().unwrap(), line.trim());
                         if write.write_all(answer.as_bytes()).await.is_err() {
                             return;
                         }
@@ -112,10 +118,15 @@ impl Drop for Endpoint {
     }
 }
 
-fn answer(served: &Served, command: &str) -> String {
+fn answer(served: &mut Served, command: &str) -> String {
     let legacy = match command {
         "config get cluster" if served.legacy_only => return "ERROR\r\n".to_owned(),
+        "config get cluster" if served.config_get_errors > 0 => {
+            served.config_get_errors -= 1;
+            return "ERROR\r\n".to_owned();
+        }
         "config get cluster" => false,
+        "get AmazonElastiCache:cluster" if served.modern_only => return "ERROR\r\n".to_owned(),
         "get AmazonElastiCache:cluster" => true,
         _ => return "ERROR\r\n".to_owned(),
     };

@@ -265,6 +265,11 @@ pub(super) async fn run(
                 continue;
             }
             Ok(Answer::UnknownCommand) => {
+                // Refused both ways: the `ERROR` that sent us to the legacy
+                // command may have passed (a proxy, an engine mid-upgrade),
+                // so the next poll asks `config get` again rather than stay
+                // on a command this endpoint refuses.
+                legacy = false;
                 cell.status.poll(PollResult::Malformed);
                 tracing::warn!(%endpoint, "the endpoint refuses both discovery commands");
             }
