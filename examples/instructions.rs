@@ -3,7 +3,7 @@
 //! counts do not move with the machine's load, so two builds compare on a
 //! shared, noisy machine where checks per second cannot tell 10% apart.
 //!
-//!     instructions --memcached 127.0.0.1:11211 --checks 20000 --callers 64 [--hot] [--keys N]
+//!     instructions --memcached 127.0.0.1:11211 --checks 20000 --callers 64 [--hot] [--keys N] [--no-coalesce]
 //!
 //! Every check has a key of its own unless `--keys N` cycles through N
 //! (the benchmark's 10,000), or `--hot` gives all one.
@@ -19,6 +19,7 @@ use slidegate::{Limit, Limiter, MemcachedOptions, MemcachedStore, Policy, Source
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut memcached = String::from("127.0.0.1:11211");
     let (mut checks, mut callers, mut keys) = (20_000u64, 64u64, u64::MAX);
+    let mut coalesce = true;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let mut value = || args.next().ok_or(format!("{flag} needs a value"));
@@ -28,6 +29,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             "--callers" => callers = value()?.parse()?,
             "--hot" => keys = 1,
             "--keys" => keys = value()?.parse()?,
+            "--no-coalesce" => coalesce = false,
             other => return Err(format!("unknown flag {other}").into()),
         }
     }
@@ -42,6 +44,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let limiter = Arc::new(
         Limiter::builder(store)
             .timeout(std::time::Duration::from_secs(5))
+            .coalesce(coalesce)
             .build(),
     );
     // Connected before counting: a check the failure mode decided would

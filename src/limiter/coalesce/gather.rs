@@ -3,7 +3,7 @@
 //! that no batch is ever stranded and no answer that says "counted" is
 //! lost unread.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -157,34 +157,20 @@ pub(super) struct InFlight {
     counting: Counting,
     /// Inline for up to two limits: no allocation for most policies.
     limits: SmallVec<[Limit; 2]>,
+    /// Of the key and kind only, computed once ([`Coalescer::in_flight`]):
+    /// equal keys hash alike, keys of one key under other limits (rare)
+    /// meet in the table and are told apart by equality. Hashing the
+    /// limits too, four times a check, was 350 of its instructions.
+    hash: u64,
 }
 
-/// Hashed by key and kind only: equal keys hash alike, keys of one key
-/// under other limits (rare) meet in the table and are told apart by
-/// equality. Hashing the limits too, four times a check, was 350 of its
-/// instructions.
-impl std::hash::Hash for InFlight {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.near_key.hash(state);
-        self.counting.hash(state);
-    }
-}
-
-impl InFlight {
-    pub(super) fn new(near_key: NearKey, counting: Counting, limits: &[Limit]) -> InFlight {
-        InFlight {
-            near_key,
-            counting,
-            limits: SmallVec::from_slice(limits),
-        }
-    }
-}
-/// The keys in flight behind one lock, each with the checks gathered.
-/// Hashed with foldhash, seeded per process: a key is hashed twice per
-/// check on the way in and twice on the way out, and SipHash, std's
-/// default, was 3.4% of the library's CPU at 256 callers. The keys are
-/// already digests, and a shard holds only the keys in flight.
-type Shard = HashMap<InFlight, VecDeque<Member>, foldhash::fast::RandomState>;
+/// The keys in flight behind one lock, each with the checks gathered,
+/// found by [`InFlight::hash`]: hashed once a check, with foldhash seeded
+/// per process (std's HashMap hashed the key at each of the four lookups
+/// of a check, and SipHash, its default, was 3.4% of the library's CPU at
+/// 256 callers). The keys are already digests, and a shard holds only the
+/// keys in flight.
+type Shard = hashbrown::HashTable<(InFlight, VecDeque<Member>)>;
 
 /// Which exchanges are in flight, and the checks gathered behind each.
 #[derive(Default)]
@@ -217,19 +203,44 @@ impl Default for Shards {
 
 impl Shards {
     fn shard(&self, key: &InFlight) -> std::sync::MutexGuard<'_, Shard> {
-        let index = (self.hasher.hash_one(key) as usize) % self.locks.len();
+        // Bits the table within the shard does not index by (it takes the
+        // low ones for the bucket and the top seven for its tags).
+        let index = ((key.hash >> 32) as usize) % self.locks.len();
         self.locks[index]
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
     }
 }
 
+/// Where `key` is in a shard, if it is there.
+fn find<'a>(shard: &'a mut Shard, key: &InFlight) -> Option<&'a mut VecDeque<Member>> {
+    shard
+        .find_mut(key.hash, |(in_flight, _)| in_flight == key)
+        .map(|(_, waiting)| waiting)
+}
+
 impl Coalescer {
+    /// The key a check of `near_key` (`counting`, under `limits`) is in
+    /// flight as, hashed once here for all its lookups.
+    pub(super) fn in_flight(
+        &self,
+        near_key: NearKey,
+        counting: Counting,
+        limits: &[Limit],
+    ) -> InFlight {
+        InFlight {
+            near_key,
+            counting,
+            limits: SmallVec::from_slice(limits),
+            hash: self.shards.hasher.hash_one((near_key, counting)),
+        }
+    }
+
     /// A check of `key` arrives: it leads when nothing is in flight,
     /// otherwise it waits behind the exchange in flight.
     pub(super) fn join(&self, key: &InFlight, cost: u64, deadline: Deadline) -> Joined {
         let mut shard = self.shards.shard(key);
-        match shard.get_mut(key) {
+        match find(&mut shard, key) {
             Some(waiting) => {
                 let (reply, turn) = oneshot::channel();
                 waiting.push_back(Member {
@@ -240,7 +251,9 @@ impl Coalescer {
                 Joined::Wait(turn)
             }
             None => {
-                shard.insert(key.clone(), VecDeque::new());
+                shard.insert_unique(key.hash, (key.clone(), VecDeque::new()), |(key, _)| {
+                    key.hash
+                });
                 Joined::Lead
             }
         }
@@ -264,13 +277,14 @@ fn pass_on(shards: &Arc<Shards>, key: InFlight, mut left: Vec<Member>) {
     loop {
         if left.is_empty() {
             let mut shard = shards.shard(&key);
-            let Some(waiting) = shard.get_mut(&key) else {
+            let Ok(entry) = shard.find_entry(key.hash, |(in_flight, _)| *in_flight == key) else {
                 return;
             };
-            if waiting.is_empty() {
-                shard.remove(&key);
+            if entry.get().1.is_empty() {
+                entry.remove();
                 return;
             }
+            let waiting = &mut entry.into_mut().1;
             let take = waiting.len().min(MAX_BATCH);
             left = waiting.drain(..take).collect();
         }

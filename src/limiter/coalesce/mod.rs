@@ -60,7 +60,7 @@ use smallvec::SmallVec;
 use tokio::sync::oneshot;
 
 pub(in crate::limiter) use self::gather::{Coalescer, Lead};
-use self::gather::{Counted, InFlight, Joined, Member, StoreTakeBack, TakeBack, Turn};
+use self::gather::{Counted, Joined, Member, StoreTakeBack, TakeBack, Turn};
 use self::order::decide_in_order;
 use super::boundary::{self, Crossing};
 use super::counters;
@@ -104,7 +104,7 @@ impl<S: Store> Limiter<S> {
             now_ms: arrived_ms,
             ..
         } = arrival;
-        let key = InFlight::new(near_key, counting, policy.limits());
+        let key = coalescer.in_flight(near_key, counting, policy.limits());
         // A check that leads at once decides at the instant it arrived; one
         // handed the lead after waiting, at the clock's reading then.
         let (others, now_ms) = match coalescer.join(&key, cost, arrival.deadline) {
