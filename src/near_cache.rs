@@ -177,6 +177,18 @@ impl NearCache {
         }
     }
 
+    /// Drop what may be remembered of `key`: this instance counted it, so
+    /// what was remembered before is no longer all the counts (a refusal
+    /// answered from it would wait too little). A key the cache certainly
+    /// does not hold (most keys) costs one load of its presence slot.
+    pub fn forget_counted(&self, key: &NearKey) {
+        if let Some(cache) = &self.cache
+            && cache.presence.may_hold(key)
+        {
+            cache.entries.invalidate(key);
+        }
+    }
+
     /// Drop what is remembered of `key`: its counts went down (a reset),
     /// or the store admits it again.
     pub fn forget(&self, key: &NearKey) {

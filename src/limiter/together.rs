@@ -154,6 +154,14 @@ impl<S: Store> Limiter<S> {
                     .map_err(CheckError::StoreUnavailable)?,
             };
         };
+        // Counted: what the near-cache remembered of these keys no longer
+        // holds all their counts (a refusal answered from it would say to
+        // wait less than the store's counts do).
+        if decisions.iter().any(|(_, decision)| decision.counted) {
+            for near_key in &near_keys {
+                self.near_cache.forget_counted(near_key);
+            }
+        }
         for (index, decision) in decisions {
             decided[index] = Some(decision);
         }

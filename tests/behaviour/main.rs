@@ -28,6 +28,7 @@ use keys::{
     invalid_keys_and_costs_are_errors,
 };
 use near_cache::{
+    a_refusal_after_a_smaller_admission_waits_as_the_store_says,
     concurrent_checks_admit_exactly_the_limit, near_cache_answers_hot_rejects_without_the_store,
 };
 use slidegate::{Limit, Limiter, ManualClock, Policy, Store};
@@ -76,6 +77,7 @@ behaviour_suite!(
     invalid_keys_and_costs_are_errors,
     near_cache_answers_hot_rejects_without_the_store,
     concurrent_checks_admit_exactly_the_limit,
+    a_refusal_after_a_smaller_admission_waits_as_the_store_says,
     windows_over_thirty_days_keep_their_counts,
     a_check_whose_bucket_ends_in_flight_is_decided_again,
     a_request_that_counted_nothing_is_not_decided_again_at_a_boundary,

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use slidegate::{Source, Store};
+use slidegate::{Item, Source, Store};
 
 use super::{MINUTE, estimates, limit, limiter, policy};
 use crate::common;
@@ -55,4 +55,46 @@ pub(super) async fn concurrent_checks_admit_exactly_the_limit<S: Store>(store: S
     clock.advance(Duration::from_millis(42_000));
     let decision = limiter.check("k", &api, 1).await.unwrap();
     assert_eq!((decision.allowed, decision.source), (true, Source::Store));
+}
+
+/// What this instance counts makes what its near-cache remembered of the
+/// key stale: a refusal of a larger cost after a smaller one was admitted
+/// (by `check`, or by `check_all`) waits as long as the store's counts
+/// say, not as long as the counts remembered before that admission said
+/// (which is shorter).
+pub(super) async fn a_refusal_after_a_smaller_admission_waits_as_the_store_says<S: Store>(
+    store: S,
+) {
+    let store = std::sync::Arc::new(store);
+    for together in [false, true] {
+        let (limiter, clock) = limiter(store.clone(), 0);
+        let api = policy("api", &[limit(4, 100, 1)]);
+        let key = if together { "all" } else { "one" };
+        assert!(limiter.check(key, &api, 4).await.unwrap().allowed);
+        clock.advance(Duration::from_millis(10));
+        let refused = limiter.check(key, &api, 1).await.unwrap();
+        assert_eq!((refused.allowed, refused.source), (false, Source::Store));
+        // Half a window on, the previous bucket's 4 weigh 2: a cost of 1
+        // fits, the store admits it, and the count is 3.
+        clock.advance(Duration::from_millis(140));
+        let one = if together {
+            let item = Item {
+                key,
+                policy: &api,
+                cost: 1,
+            };
+            limiter.check_all(&[item]).await.unwrap().remove(0)
+        } else {
+            limiter.check(key, &api, 1).await.unwrap()
+        };
+        assert_eq!((one.allowed, one.source), (true, Source::Store));
+        let three = limiter.check(key, &api, 3).await.unwrap();
+        assert!(!three.allowed);
+        // 3 + 3 fits once the previous bucket weighs nothing: at its end.
+        assert_eq!(
+            (three.retry_after_ms, three.remaining(), three.source),
+            (Some(50), 1, Source::Store),
+            "together: {together}, {three:?}"
+        );
+    }
 }

@@ -338,6 +338,11 @@ impl<S: Store> Limiter<S> {
                     }
                 }
                 self.remember(near_key, policy, &seen, after_rollback, least, now_ms);
+            } else if kept > 0 || (counting == Counting::Always && adding > 0) {
+                // What the near-cache remembered of the key no longer holds
+                // all its counts: a refusal answered from it would say to
+                // wait less than the store's counts do.
+                self.near_cache.forget_counted(&near_key);
             }
             return Ok(self.done(decision_of(mine)));
         }
