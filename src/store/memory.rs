@@ -59,9 +59,12 @@ struct Shard {
     tick: u32,
 }
 
-/// A slot's stamp: its expiry in Unix seconds (rounded up; 0 while the
-/// slot is free, which no real expiry is) in the high half, the shard's
-/// `tick` at its last use, for LRU, in the low half.
+/// A slot's stamp: its expiry in Unix seconds (rounded up) modulo 2^32, 0
+/// while the slot is free (a real expiry that would be 0 is made 1), in the
+/// high half; the shard's `tick` at its last use, for LRU, in the low half.
+/// Modulo 2^32 and compared with wrapping arithmetic ([`Shard::is_live`]):
+/// a TTL is at most two years and a second, far under the 68 years that
+/// can be told apart, so a clock past 2038 or 2106 keeps counting.
 fn stamp(expires_secs: u32, last_used: u32) -> u64 {
     (u64::from(expires_secs) << 32) | u64::from(last_used)
 }
@@ -92,8 +95,9 @@ fn set_of(fingerprint: &[u64; 2], sets: usize) -> usize {
 }
 
 fn expiry_secs(now_ms: u64, ttl_secs: u64) -> u32 {
-    let secs = now_ms.div_ceil(1000).saturating_add(ttl_secs);
-    u32::try_from(secs).unwrap_or(u32::MAX)
+    let secs = now_ms.div_ceil(1000).wrapping_add(ttl_secs) as u32;
+    // 0 marks a free slot: one second more instead.
+    secs.max(1)
 }
 
 impl Shard {
@@ -146,8 +150,11 @@ impl Shard {
         start..start + WAYS
     }
 
+    /// Taken, and expiring after `now_ms`: its expiry is later than the
+    /// current second, compared modulo 2^32 (see [`stamp`]).
     fn is_live(&self, slot: usize, now_ms: u64) -> bool {
-        u64::from(self.expires_secs(slot)) * 1000 > now_ms
+        let now_secs = (now_ms / 1000) as u32;
+        self.is_taken(slot) && (self.expires_secs(slot).wrapping_sub(now_secs) as i32) > 0
     }
 
     /// The slot holding `key`'s live counter, marked as just used.

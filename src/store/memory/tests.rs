@@ -96,3 +96,40 @@ fn capacity_rounds_up_to_whole_sets() {
     assert_eq!(store.capacity(), 1_000_448);
     assert_eq!(store.table_bytes() / store.capacity(), 32);
 }
+
+/// Expiry is kept in 32 bits of seconds; a clock past 2038 (2^31 s) or
+/// 2106 (2^32 s) still counts, expires on time and reuses free slots. Past
+/// 2106 every expiry had saturated to the past: nothing counted, and every
+/// check was admitted.
+#[test]
+fn counters_count_and_expire_whatever_the_century() {
+    for start_ms in [
+        2_200_000_000_000,
+        4_294_967_295_000,
+        4_300_000_000_000,
+        9_000_000_000_000,
+    ] {
+        let mut shard = Shard::new(1);
+        assert_eq!(
+            shard.add(&counter(1), 2, start_ms),
+            (2, false),
+            "{start_ms}"
+        );
+        assert_eq!(shard.add(&counter(1), 3, start_ms + 10).0, 5, "{start_ms}");
+        assert_eq!(shard.read(&counter(1), start_ms + 3_000), 5, "{start_ms}");
+        assert_eq!(
+            shard.read(&counter(1), start_ms + 5_000),
+            0,
+            "expired: {start_ms}"
+        );
+        // Free slots are taken before a live counter is evicted.
+        for bucket in 2..1 + WAYS as u64 {
+            assert_eq!(
+                shard.add(&counter(bucket), 1, start_ms).1,
+                false,
+                "{start_ms}"
+            );
+        }
+        assert_eq!(shard.read(&counter(2), start_ms), 1, "{start_ms}");
+    }
+}
