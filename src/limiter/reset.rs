@@ -38,12 +38,15 @@ fn reset_counters(digest: KeyDigest, policy: &Policy, now_ms: u64) -> Counters {
     let mut counters = Counters::new();
     for limit in policy.limits() {
         let layout = layout(digest, limit, now_ms);
-        let next = CounterKey {
-            bucket: layout.current.bucket + 1,
-            ..layout.current
-        };
         counters.extend(layout.older());
-        counters.extend([layout.current, next]);
+        counters.push(layout.current);
+        // None at the clock's very end, where there is no next bucket.
+        if let Some(bucket) = layout.current.bucket.checked_add(1) {
+            counters.push(CounterKey {
+                bucket,
+                ..layout.current
+            });
+        }
     }
     counters
 }
@@ -77,5 +80,17 @@ mod tests {
             limiter.reset("", &policy).await,
             Err(CheckError::InvalidKey(_))
         ));
+    }
+
+    /// A clock at its very end (a test clock, a clock gone wrong) has no
+    /// next bucket to reset: the reset is made, no panic on overflow.
+    #[tokio::test]
+    async fn a_reset_at_the_clocks_end_does_not_overflow() {
+        let limiter = Limiter::builder(MemoryStore::new())
+            .clock(crate::ManualClock::new(u64::MAX))
+            .build();
+        let policy = Policy::new("api", vec![Limit::new(2, 1, 1).unwrap()]).unwrap();
+        limiter.check("a", &policy, 1).await.unwrap();
+        assert!(limiter.reset("a", &policy).await.is_ok());
     }
 }
