@@ -152,6 +152,125 @@ async fn the_openapi_document_validates_and_so_do_live_answers() {
         "/readyz",
         http::get(service.addr, "/readyz").await,
     );
+    // A refusal with any `deny_status`, the service's own statuses
+    // included: its body is the decision, which the document must allow.
+    let bearer = format!("Bearer {TOKEN}");
+    for deny in [503, 400, 401, 403] {
+        let key = format!("deny-{deny}");
+        let path = format!("/v1/auth?policy=api&deny_status={deny}");
+        let headers = [
+            ("authorization", bearer.as_str()),
+            ("x-ratelimit-key", key.as_str()),
+        ];
+        for _ in 0..2 {
+            let answer = http::send(service.addr, "GET", &path, &headers, "").await;
+            keep("GET", &path, "/v1/auth", answer);
+        }
+    }
+    // A method a route does not take (405, with `Allow`), on each route.
+    for (method, path) in [
+        ("GET", "/v1/check"),
+        ("GET", "/v1/peek"),
+        ("GET", "/v1/report"),
+        ("GET", "/v1/reset"),
+        ("POST", "/v1/auth"),
+        ("POST", "/v1/limited"),
+        ("POST", "/v1/status"),
+        ("POST", "/healthz"),
+    ] {
+        let answer = http::send(
+            service.addr,
+            method,
+            path,
+            &[("authorization", &bearer)],
+            "",
+        )
+        .await;
+        assert_eq!(answer.status, 405, "{method} {path}");
+        keep(method, path, path, answer);
+    }
+    // A body that never comes: 408 when the read gives up.
+    let mut stream = tokio::net::TcpStream::connect(service.addr).await.unwrap();
+    let head = format!(
+        "POST /v1/check HTTP/1.1\r\nhost: slidegate\r\nauthorization: {bearer}\r\n\
+         connection: close\r\ncontent-length: 40\r\n\r\n{{\"key\""
+    );
+    let raw = http::raw_exchange(
+        &mut stream,
+        head.as_bytes(),
+        std::time::Duration::from_secs(30),
+    )
+    .await;
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+    let status: u64 = head[9..12].parse().unwrap();
+    answers.push(serde_json::json!({
+        "method": "POST",
+        "path": "/v1/check",
+        "template": "/v1/check",
+        "status": status,
+        "content_type": if head.to_ascii_lowercase().contains("content-type: application/json") { "application/json" } else { "" },
+        "body": body,
+    }));
+    // Request bodies the document and the server must judge alike: what
+    // the document refuses the server answers 400, and what it accepts
+    // the server does not refuse as malformed. (A key's bound is in UTF-8
+    // bytes, which no JSON Schema keyword counts: the document says so in
+    // words, and it is not among these.)
+    for (path, body) in [
+        (
+            "/v1/reset",
+            serde_json::json!({"key": "r", "policy": "api", "cost": 5}),
+        ),
+        (
+            "/v1/reset",
+            serde_json::json!({"key": "r", "policy": "api", "cost": 0}),
+        ),
+        (
+            "/v1/check",
+            serde_json::json!({"key": "c1", "policy": "api", "cost": 1_000_000_000_000u64}),
+        ),
+        (
+            "/v1/check",
+            serde_json::json!({"key": "c2", "policy": "api", "cost": 1_000_000_000_001u64}),
+        ),
+        (
+            "/v1/check",
+            serde_json::json!({"key": "c3", "limits": [{"limit": 1_000_000_000_001u64, "window": "1s"}]}),
+        ),
+        (
+            "/v1/check",
+            serde_json::json!({"key": "c4", "limits": [{"limit": 1, "window_ms": 365u64 * 86_400_000}]}),
+        ),
+        (
+            "/v1/check",
+            serde_json::json!({"key": "c5", "limits": [{"limit": 1, "window_ms": 366u64 * 86_400_000}]}),
+        ),
+        (
+            "/v1/check",
+            serde_json::json!({"key": "c6", "policy": "api", "cost": null}),
+        ),
+        (
+            "/v1/check",
+            serde_json::json!({"key": "c7", "policy": null, "limits": [{"limit": 1, "window": "1s"}]}),
+        ),
+        ("/v1/check", serde_json::json!({"key": "", "policy": "api"})),
+        (
+            "/v1/check",
+            serde_json::json!({"key": "c8", "policy": "api", "extra": 1}),
+        ),
+    ] {
+        let answer = service.post(path, body.clone()).await;
+        let mut kept = serde_json::json!({
+            "method": "POST",
+            "path": path,
+            "template": path,
+            "status": answer.status,
+            "content_type": answer.header("content-type").unwrap_or_default().split(';').next().unwrap_or_default(),
+            "body": answer.body,
+        });
+        kept["request"] = body;
+        answers.push(kept);
+    }
     let seen = statuses(&answers);
     for expected in [
         ("/v1/check", 200),
@@ -166,6 +285,10 @@ async fn the_openapi_document_validates_and_so_do_live_answers() {
         ("/v1/auth", 200),
         ("/v1/auth", 429),
         ("/v1/auth", 400),
+        ("/v1/auth", 503),
+        ("/v1/auth", 403),
+        ("/v1/check", 405),
+        ("/v1/check", 408),
     ] {
         assert!(
             seen.contains(&(expected.0.to_owned(), expected.1)),

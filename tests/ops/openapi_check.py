@@ -19,13 +19,40 @@ print("openapi-spec-validator: the document is valid OpenAPI", document["openapi
 with open(answers_path) as file:
     answers = json.load(file)
 failures = []
+
+
+def request_schema(operation):
+    schema = dict(operation["requestBody"]["content"]["application/json"]["schema"])
+    schema["components"] = document["components"]
+    return schema
+
+
 for answer in answers:
     where = f'{answer["method"]} {answer["path"]} -> {answer["status"]}'
     template = answer.get("template", answer["path"].split("?")[0])
-    operation = document["paths"].get(template, {}).get(answer["method"].lower())
+    operations = document["paths"].get(template, {})
+    operation = operations.get(answer["method"].lower())
+    if operation is None and answer["status"] == 405 and operations:
+        # A method the path does not take: every operation of the path
+        # declares the 405 it answers then.
+        undeclared = [method for method, other in operations.items() if "405" not in other["responses"]]
+        if undeclared:
+            failures.append(f"{where}: 405 not declared by {undeclared}")
+        else:
+            print(f"{where}: valid (405 declared)")
+        continue
     if operation is None:
         failures.append(f"{where}: no such operation in the document")
         continue
+    if "request" in answer:
+        # The document and the server judge the body alike: refused by
+        # one (a 400 from the server) means refused by the other.
+        errors = [e.message for e in Draft202012Validator(request_schema(operation)).iter_errors(answer["request"])]
+        if bool(errors) != (answer["status"] == 400):
+            failures.append(
+                f"{where}: request {json.dumps(answer['request'])[:100]}: the document "
+                f"{'refuses it: ' + '; '.join(errors) if errors else 'accepts it'}, the server answered {answer['status']} {answer['body'][:100]}"
+            )
     declared = operation["responses"].get(str(answer["status"])) or operation["responses"].get("default")
     if declared is None:
         failures.append(f"{where}: status not declared")
