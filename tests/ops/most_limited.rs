@@ -66,6 +66,66 @@ async fn the_most_limited_keys_come_first() {
     assert_eq!(no_token.status, 401);
 }
 
+/// A shadow policy admits every request; what its limits would refuse is
+/// what an operator trying it wants to see: counted apart on the status
+/// page (`shadow`, not `allowed`) and listed among the most limited keys,
+/// marked `shadow`, beside the keys really refused.
+#[tokio::test]
+async fn a_shadow_policys_would_be_refusals_are_shown_apart() {
+    let text = on_memcached(
+        &common::unique_namespace(),
+        "[policies.api]\nlimits = [{ limit = 1, window = \"1h\" }]\n\
+         [policies.trial]\nlimits = [{ limit = 1, window = \"1h\" }]\nshadow = true\n",
+    );
+    let service = Service::start(&text).await;
+    for _ in 0..4 {
+        let answer = service.post("/v1/check", check("tried", "trial")).await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+    }
+    for _ in 0..2 {
+        service.post("/v1/check", check("refused", "api")).await;
+    }
+    let status = service.get("/v1/status").await.json();
+    let minute = |name: &str| {
+        status["policies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|policy| policy["name"] == name)
+            .unwrap()["last_minute"]
+            .clone()
+    };
+    assert_eq!(
+        minute("trial"),
+        serde_json::json!({"allowed": 1, "refused": 0, "exempt": 0, "shadow": 3})
+    );
+    assert_eq!(
+        minute("api"),
+        serde_json::json!({"allowed": 1, "refused": 1, "exempt": 0, "shadow": 0})
+    );
+    let limited = service.get("/v1/limited").await.json();
+    let found: Vec<(String, u64, bool)> = limited["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|entry| {
+            (
+                entry["key"].as_str().unwrap().to_owned(),
+                entry["refused"].as_u64().unwrap(),
+                entry["shadow"].as_bool().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        found,
+        [
+            ("tried".to_owned(), 3, true),
+            ("refused".to_owned(), 1, false)
+        ],
+        "{limited}"
+    );
+}
+
 #[test]
 fn the_sketch_keeps_the_heavy_hitters_in_bounded_memory_under_a_flood() {
     let now = 1_700_000_000_000u64;

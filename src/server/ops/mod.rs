@@ -50,17 +50,26 @@ impl Default for Ops {
 
 impl Ops {
     /// One decision of a check or forward-auth: counted for the page, and
-    /// a refusal for the most limited keys.
+    /// a refusal (or a shadow policy's would-be refusal) for the most
+    /// limited keys.
     pub fn decided(&self, policy: &str, key: &str, decision: &Decision) {
         let now_ms = SystemClock.now_ms();
         let kind = Kind::of(decision);
         self.recent.count(policy, kind, now_ms);
-        if kind == Kind::Refused {
-            self.top
+        let record = match kind {
+            Kind::Refused => TopRefused::record,
+            Kind::Shadow => TopRefused::record_shadow,
+            Kind::Allowed | Kind::Exempt => return,
+        };
+        record(
+            &mut self
+                .top
                 .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .record(policy, key, now_ms);
-        }
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+            policy,
+            key,
+            now_ms,
+        );
     }
 
     /// A policy a reload removed: its last minute is forgotten.
@@ -82,6 +91,7 @@ impl Ops {
                     "key": refused.key,
                     "policy": refused.policy,
                     "refused": refused.refused,
+                    "shadow": refused.shadow,
                     "last_refused_ms_ago": now_ms.saturating_sub(refused.last_refused_ms),
                 })
             })

@@ -16,12 +16,17 @@ pub enum Kind {
     Allowed,
     Refused,
     Exempt,
+    /// Admitted by a shadow policy whose limits refuse it.
+    Shadow,
 }
 
 impl Kind {
+    const COUNT: usize = 4;
+
     pub fn of(decision: &Decision) -> Kind {
         match (decision.source, decision.allowed) {
             (Source::Exempt, _) => Kind::Exempt,
+            (_, true) if decision.shadow && !decision.would_allow => Kind::Shadow,
             (_, true) => Kind::Allowed,
             (_, false) => Kind::Refused,
         }
@@ -31,15 +36,19 @@ impl Kind {
 /// Counts of the last minute, by kind.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Minute {
+    /// Admitted by the limits.
     pub allowed: u64,
     pub refused: u64,
     pub exempt: u64,
+    /// Admitted by a shadow policy whose limits refuse them: what it would
+    /// refuse once enforced.
+    pub shadow: u64,
 }
 
 #[derive(Default)]
 struct Slice {
     period: AtomicU64,
-    counts: [AtomicU64; 3],
+    counts: [AtomicU64; Kind::COUNT],
 }
 
 #[derive(Default)]
@@ -68,7 +77,7 @@ impl Ring {
 
     fn minute(&self, now_ms: u64) -> Minute {
         let period = now_ms / SLICE_MS;
-        let mut sums = [0u64; 3];
+        let mut sums = [0u64; Kind::COUNT];
         for slice in &self.0 {
             let held = slice.period.load(Ordering::Relaxed);
             if held <= period && period - held < SLICES as u64 {
@@ -81,6 +90,7 @@ impl Ring {
             allowed: sums[0],
             refused: sums[1],
             exempt: sums[2],
+            shadow: sums[3],
         }
     }
 }

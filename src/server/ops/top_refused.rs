@@ -20,11 +20,18 @@ pub const DEFAULT_CAPACITY: usize = 1024;
 const SLICES: usize = 6;
 const SLICE_MS: u64 = 10_000;
 
+/// The kinds of an entry's id.
+const REFUSED: char = 'r';
+const SHADOW: char = 's';
+
 /// One key of the answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Refused {
     pub policy: String,
     pub key: String,
+    /// Refused by a shadow policy's limits, and admitted: what the policy
+    /// would refuse once enforced.
+    pub shadow: bool,
     /// Refusals over the last minute (an over-estimate by at most the
     /// count a new key inherits in a full sketch).
     pub refused: u64,
@@ -36,7 +43,8 @@ pub struct TopRefused {
     capacity: usize,
     /// Each slice and the 10-second period it holds.
     slices: Vec<(u64, SpaceSaving)>,
-    /// `policy \0 key`, reused so that counting a held key allocates nothing.
+    /// `policy \0 kind key` (kind `r` refused, `s` shadow), reused so that
+    /// counting a held key allocates nothing.
     scratch: String,
 }
 
@@ -51,6 +59,16 @@ impl TopRefused {
 
     /// One refusal of `key` under `policy` at `now_ms`.
     pub fn record(&mut self, policy: &str, key: &str, now_ms: u64) {
+        self.count(policy, REFUSED, key, now_ms);
+    }
+
+    /// One request of `key` a shadow `policy` admitted and its limits
+    /// refuse, at `now_ms`: listed apart from real refusals.
+    pub fn record_shadow(&mut self, policy: &str, key: &str, now_ms: u64) {
+        self.count(policy, SHADOW, key, now_ms);
+    }
+
+    fn count(&mut self, policy: &str, kind: char, key: &str, now_ms: u64) {
         let period = now_ms / SLICE_MS;
         let at = (period % SLICES as u64) as usize;
         if self.slices.len() <= at {
@@ -67,6 +85,7 @@ impl TopRefused {
         self.scratch.clear();
         self.scratch.push_str(policy);
         self.scratch.push('\0');
+        self.scratch.push(kind);
         self.scratch.push_str(key);
         sketch.count(&self.scratch, now_ms);
     }
@@ -92,10 +111,18 @@ impl TopRefused {
         keys.into_iter()
             .take(top)
             .map(|(id, (refused, last_refused_ms))| {
-                let (policy, key) = id.split_once('\0').unwrap_or(("", id));
+                let (policy, kind_and_key) = id.split_once('\0').unwrap_or(("", id));
+                let (shadow, key) = match kind_and_key.strip_prefix(SHADOW) {
+                    Some(key) => (true, key),
+                    None => (
+                        false,
+                        kind_and_key.strip_prefix(REFUSED).unwrap_or(kind_and_key),
+                    ),
+                };
                 Refused {
                     policy: policy.to_owned(),
                     key: key.to_owned(),
+                    shadow,
                     refused,
                     last_refused_ms,
                 }
