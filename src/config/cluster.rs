@@ -1,7 +1,7 @@
 //! The `[memcached]` keys of ElastiCache: Auto Discovery and TLS in
 //! transit, resolved from the file, the environment and the flags.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::{ConfigError, MemcachedSection, Origin, Overrides};
@@ -29,13 +29,22 @@ pub(super) fn resolve(
     origin: &Origin,
     file: &MemcachedSection,
     overrides: &Overrides,
+    file_dir: Option<&Path>,
 ) -> Result<ClusterConfig, ConfigError> {
+    // Where the nodes come from is one setting: a list or an endpoint given
+    // by a flag replaces the file's, whichever the file gave (see
+    // `memcached::resolve`).
+    let from_file = if overrides.memcached.is_some() {
+        None
+    } else {
+        file.discovery.as_deref()
+    };
     let discovery = origin.layered(
         (
             "memcached-discovery",
             overrides.memcached_discovery.as_deref(),
         ),
-        ("memcached.discovery", file.discovery.as_deref()),
+        ("memcached.discovery", from_file),
         check_endpoint,
     )?;
     let interval_ms = match file.discovery_interval_ms {
@@ -48,12 +57,16 @@ pub(super) fn resolve(
         }
         None => crate::store::DEFAULT_DISCOVERY_INTERVAL.as_millis() as u64,
     };
-    let ca_file = overrides
-        .memcached_tls_ca
-        .clone()
-        .or_else(|| file.tls_ca_file.clone());
+    // A relative path in the file is the file's neighbour, as for
+    // `server.api_tokens_file` and `rls.config`.
+    let ca_file = overrides.memcached_tls_ca.clone().or_else(|| {
+        file.tls_ca_file.as_ref().map(|path| match file_dir {
+            Some(dir) if path.is_relative() => dir.join(path),
+            _ => path.clone(),
+        })
+    });
     // A CA file means TLS: nobody gives one to talk plaintext.
-    let tls = overrides.memcached_tls || file.tls.unwrap_or(false) || ca_file.is_some();
+    let tls = overrides.memcached_tls.or(file.tls).unwrap_or(false) || ca_file.is_some();
     if let Some(path) = &ca_file
         && !path.is_file()
     {
@@ -86,13 +99,23 @@ pub(super) fn resolve(
 
 pub(super) fn check_endpoint(text: &str) -> Result<String, String> {
     let text = text.trim();
-    match text.rsplit_once(':') {
-        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0) => {
-            Ok(text.to_owned())
-        }
-        _ => Err(format!(
-            "{text:?} is not host:port, e.g. mycluster.cfg.use1.cache.amazonaws.com:11211"
-        )),
+    let well_formed = text.rsplit_once(':').is_some_and(|(host, port)| {
+        // An IPv6 host is written in brackets: `::1` alone would read as
+        // host `:`, port 1.
+        let host_ok = match host.strip_prefix('[') {
+            Some(inner) => inner
+                .strip_suffix(']')
+                .is_some_and(|address| address.parse::<std::net::Ipv6Addr>().is_ok()),
+            None => !host.is_empty() && !host.contains(':'),
+        };
+        host_ok && port.parse::<u16>().is_ok_and(|p| p > 0)
+    });
+    if well_formed {
+        Ok(text.to_owned())
+    } else {
+        Err(format!(
+            "{text:?} is not host:port (an IPv6 address in brackets, [::1]:11211), e.g. mycluster.cfg.use1.cache.amazonaws.com:11211"
+        ))
     }
 }
 
@@ -135,7 +158,7 @@ mod tests {
 
         let overrides = Overrides {
             memcached_discovery: Some("other:11211".into()),
-            memcached_tls: true,
+            memcached_tls: Some(true),
             ..Overrides::default()
         };
         let config = resolve("", &overrides).unwrap();

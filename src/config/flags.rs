@@ -29,9 +29,16 @@ pub struct Overrides {
     /// An ElastiCache configuration endpoint: the node list comes from it.
     #[arg(long, env = "SLIDEGATE_MEMCACHED_DISCOVERY", value_name = "HOST:PORT")]
     pub memcached_discovery: Option<String>,
-    /// TLS to Memcached (ElastiCache encryption in transit).
-    #[arg(long, env = "SLIDEGATE_MEMCACHED_TLS")]
-    pub memcached_tls: bool,
+    /// TLS to Memcached (ElastiCache encryption in transit); `false` turns
+    /// off the file's `tls = true`.
+    #[arg(
+        long,
+        env = "SLIDEGATE_MEMCACHED_TLS",
+        value_name = "true|false",
+        num_args = 0..=1,
+        default_missing_value = "true"
+    )]
+    pub memcached_tls: Option<bool>,
     /// Trust this CA (PEM) for Memcached's TLS instead of the system's roots.
     #[arg(long, env = "SLIDEGATE_MEMCACHED_TLS_CA", value_name = "FILE")]
     pub memcached_tls_ca: Option<PathBuf>,

@@ -3,7 +3,7 @@
 //! built once. (Discovery and TLS, ElastiCache's keys of the same section,
 //! are `cluster.rs`'s.)
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -42,17 +42,51 @@ pub(super) fn resolve(
     origin: &Origin,
     file: &MemcachedSection,
     overrides: &Overrides,
+    file_dir: Option<&Path>,
 ) -> Result<Memcached, ConfigError> {
+    // Where the nodes come from (a list, or an ElastiCache endpoint) is one
+    // setting, layered as every other: a flag (or its environment twin)
+    // gives either and replaces the file's choice; one layer giving both
+    // is an error, since one would be silently dropped.
+    if overrides.memcached.is_some() && overrides.memcached_discovery.is_some() {
+        return Err(ConfigError(
+            "--memcached (or SLIDEGATE_MEMCACHED) and --memcached-discovery (or \
+             SLIDEGATE_MEMCACHED_DISCOVERY): give one, the node list or the endpoint it comes from"
+                .to_owned(),
+        ));
+    }
+    let flag_gives_nodes = overrides.memcached.is_some() || overrides.memcached_discovery.is_some();
+    if !flag_gives_nodes && file.servers.is_some() && file.discovery.is_some() {
+        return Err(origin.file_error(
+            "memcached.servers and memcached.discovery",
+            "give one, the node list or the endpoint it comes from".to_owned(),
+        ));
+    }
     let from_flag = overrides.memcached.is_some();
-    let servers: Vec<String> = overrides
-        .memcached
+    let given = if flag_gives_nodes {
+        overrides.memcached.clone()
+    } else {
+        file.servers.clone()
+    };
+    let servers: Vec<String> = given
         .clone()
-        .or_else(|| file.servers.clone())
         .unwrap_or_default()
         .into_iter()
         .map(|server| server.trim().to_owned())
         .filter(|server| !server.is_empty())
         .collect();
+    // Given but empty (an unset variable in a template, say) is not "no
+    // Memcached": each instance would count alone and admit the whole
+    // limit, with a warning as the only sign. Leaving it out is how to
+    // count in memory.
+    if given.is_some() && servers.is_empty() {
+        let message = "is given but holds no server: give at least one host:port, or leave it out to count in this process's memory".to_owned();
+        return Err(if from_flag {
+            super::flag_error("memcached", message)
+        } else {
+            origin.file_error("memcached.servers", message)
+        });
+    }
     // Each must be host:port: a node written without its port would never
     // answer, and under `allow` its share of the keys would go unlimited
     // while the other nodes keep /readyz ready.
@@ -65,7 +99,7 @@ pub(super) fn resolve(
             }
         })?;
     }
-    let cluster = cluster::resolve(origin, file, overrides)?;
+    let cluster = cluster::resolve(origin, file, overrides, file_dir)?;
     if !cfg!(feature = "memcached") && (!servers.is_empty() || cluster.discovery.is_some()) {
         return Err(ConfigError(
             "Memcached servers are configured, but this build has no `memcached` feature"

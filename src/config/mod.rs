@@ -179,7 +179,7 @@ impl Config {
                 parse_listen,
             )?
             .unwrap_or(DEFAULT_LISTEN);
-        let store = memcached::resolve(&origin, &file.memcached, overrides)?;
+        let store = memcached::resolve(&origin, &file.memcached, overrides, file_dir.as_deref())?;
         let failure_mode = failure::resolve(&origin, &file.failure, overrides)?;
         let near_cache = near_cache::resolve(&origin, &file.near_cache, overrides)?;
         let max_counters = limits::resolve(&origin, &file.limits)?;

@@ -72,8 +72,12 @@ pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
             ));
         }
     };
-    let amount: u64 = digits.parse().map_err(|_| {
-        format!("{text:?} is not a duration: it must start with a whole number (e.g. \"10m\")")
+    let amount: u64 = digits.parse().map_err(|error: std::num::ParseIntError| {
+        if *error.kind() == std::num::IntErrorKind::PosOverflow {
+            format!("{text:?} is too long")
+        } else {
+            format!("{text:?} is not a duration: it must start with a whole number (e.g. \"10m\")")
+        }
     })?;
     amount
         .checked_mul(unit_ms)

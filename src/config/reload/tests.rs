@@ -50,7 +50,8 @@ fn test_dir() -> PathBuf {
 }
 
 /// A file that differs from the defaults in every restart-only key
-/// (`{ca}` stands for a CA file that exists).
+/// (`{ca}` stands for a CA file that exists) but `memcached.discovery`,
+/// which a file gives instead of `memcached.servers`, never with it.
 #[cfg(all(feature = "memcached", feature = "tls", feature = "grpc"))]
 const EVERY_RESTART_KEY_CHANGED: &str = r#"
 listen = "127.0.0.1:9999"
@@ -60,7 +61,6 @@ timeout_ms = 51
 namespace = "other"
 connections = 3
 coalesce = false
-discovery = "127.0.0.1:2"
 discovery_interval_ms = 5000
 tls = true
 tls_ca_file = "{ca}"
@@ -92,7 +92,16 @@ fn a_file_changing_every_restart_only_key_names_each_and_only_those() {
     let ca = dir.join("ca.pem").display().to_string();
     let changed = load(&dir, &EVERY_RESTART_KEY_CHANGED.replace("{ca}", &ca));
     let mut named = restart_only_changes(&running, &changed);
+    // The node list's other source, in a file of its own.
+    let discovered = load(
+        &dir,
+        &EVERY_RESTART_KEY_CHANGED
+            .replace("{ca}", &ca)
+            .replace("servers = [\"127.0.0.1:1\"]", "discovery = \"127.0.0.1:2\""),
+    );
+    named.extend(restart_only_changes(&running, &discovered));
     named.sort_unstable();
+    named.dedup();
     let mut expected = RESTART_ONLY.to_vec();
     expected.sort_unstable();
     assert_eq!(named, expected);
