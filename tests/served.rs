@@ -221,6 +221,73 @@ async fn forward_auth_by_path_ignores_the_clients_path() {
     );
 }
 
+/// Envoy's ext_authz sends the client's own method with the path form: a
+/// client's POST, PUT, PATCH, DELETE or OPTIONS is decided like its GET,
+/// never answered 405 (which Envoy would pass on as a refusal).
+#[tokio::test]
+async fn forward_auth_answers_whatever_method_the_proxy_sends() {
+    let addr = app().await;
+    for method in ["POST", "PUT", "PATCH", "DELETE", "OPTIONS", "GET"] {
+        let key = format!("envoy-{method}");
+        let headers = [("x-ratelimit-key", key.as_str()), ("content-length", "0")];
+        for path in ["/v1/auth/api/orders", "/v1/auth?policy=api"] {
+            let answer = http::send(addr, method, path, &headers, Vec::new()).await;
+            assert_eq!(answer.status, 200, "{method} {path}: {}", answer.body);
+            assert_eq!(
+                answer.header("ratelimit-policy"),
+                Some("\"api\";q=2;w=3600")
+            );
+        }
+        let refused = http::send(addr, method, "/v1/auth/api/orders", &headers, Vec::new()).await;
+        assert_eq!(refused.status, 429, "{method}: {}", refused.body);
+    }
+    // A parameter given twice is refused, whichever order: which one
+    // counted would otherwise depend on it.
+    for path in [
+        "/v1/auth?policy=nope&policy=api",
+        "/v1/auth?policy=api&policy=nope",
+        "/v1/auth?policy=api&cost=1&cost=2",
+    ] {
+        let answer = http::send(
+            addr,
+            "GET",
+            path,
+            &[("x-ratelimit-key", "twice")],
+            Vec::new(),
+        )
+        .await;
+        assert_eq!(answer.status, 400, "{path}");
+        assert!(
+            answer.error().ends_with(": given twice"),
+            "{path}: {}",
+            answer.body
+        );
+    }
+}
+
+/// A client that sends a whole request without a body and then closes its
+/// side (`shutdown(SHUT_WR)`, as `nc -N` and some probes do) still gets its
+/// answer, and its forward-auth call is decided and counted.
+#[tokio::test]
+async fn a_request_then_a_half_close_is_answered() {
+    use tokio::io::AsyncWriteExt;
+    let addr = app().await;
+    let ask = |request: &'static str| async move {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream.write_all(request.as_bytes()).await.unwrap();
+        stream.shutdown().await.unwrap();
+        http::raw_exchange(&mut stream, b"", Duration::from_secs(5)).await
+    };
+    let health = ask("GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n").await;
+    assert!(health.starts_with("HTTP/1.1 200"), "{health:?}");
+    let auth =
+        "GET /v1/auth?policy=api HTTP/1.1\r\nhost: x\r\nx-ratelimit-key: half-closed\r\n\r\n";
+    for expected in ["HTTP/1.1 200", "HTTP/1.1 200", "HTTP/1.1 429"] {
+        let answer = ask(auth).await;
+        assert!(answer.starts_with(expected), "{expected}: {answer:?}");
+    }
+}
+
 /// Metric names in a PromQL expression.
 fn metric_names(expr: &str) -> BTreeSet<String> {
     let mut names = BTreeSet::new();

@@ -24,7 +24,17 @@ pub(super) async fn forward_auth(
     let mut policy_name = None;
     let mut cost = 1;
     let mut deny_status = live.auth.deny_status;
+    let mut seen = [false; 3];
     for (name, value) in form_urlencoded::parse(request.uri().query().unwrap_or("").as_bytes()) {
+        // Given twice, which one counts would depend on the order: refused.
+        if let Some(known) = ["policy", "cost", "deny_status"]
+            .into_iter()
+            .position(|known| known == name)
+            && std::mem::replace(&mut seen[known], true)
+        {
+            let message = format!("{name}: given twice");
+            return api::error(StatusCode::BAD_REQUEST, message);
+        }
         match name.as_ref() {
             "policy" => policy_name = Some(value.into_owned()),
             // The range is the limiter's to check, as for every caller.

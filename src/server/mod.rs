@@ -268,7 +268,14 @@ pub async fn serve(
                 }
             }
         });
-        let connection = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+        // Half-close kept open: a client that sends its request and then
+        // shuts its side (`nc -N`, some probes) is still answered, and its
+        // forward-auth call decided; hyper's default drops the connection
+        // at that EOF, answer unwritten. The quiet timeout still ends a
+        // connection nobody uses.
+        let connection = http1::Builder::new()
+            .half_close(true)
+            .serve_connection(TokioIo::new(stream), service);
         let member = drain.member();
         let quiet_timeout = app.guard.quiet_timeout();
         tokio::spawn(async move {

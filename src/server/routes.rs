@@ -49,6 +49,10 @@ pub enum Methods {
     Post,
     /// GET, and HEAD (the same answer, without its body).
     Get,
+    /// Whatever method the caller sends, each answered as GET (HEAD without
+    /// the body): forward-auth, whose proxy may send its client's method
+    /// (Envoy's ext_authz does), and a 405 there would refuse the client.
+    Any,
 }
 
 impl Methods {
@@ -56,14 +60,16 @@ impl Methods {
         match self {
             Methods::Post => method == Method::POST,
             Methods::Get => matches!(*method, Method::GET | Method::HEAD),
+            Methods::Any => true,
         }
     }
 
-    /// The value of `Allow` on a 405.
+    /// The value of `Allow` on a 405 (never sent for [`Methods::Any`]).
     pub fn allow(self) -> &'static str {
         match self {
             Methods::Post => "POST",
             Methods::Get => "GET, HEAD",
+            Methods::Any => "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS",
         }
     }
 }
@@ -108,14 +114,14 @@ const fn route(methods: Methods, path: RoutePath, handler: Handler, access: Acce
 /// from here, so a route cannot be added without saying who may call it.
 pub const ROUTES: &[Route] = {
     use Access::{Open, Token, TokenIfMetricsNeedIt};
-    use Methods::{Get, Post};
+    use Methods::{Any, Get, Post};
     use RoutePath::{Exact, Prefix};
     &[
         route(Post, Exact("/v1/check"), Handler::Check, Token),
         route(Post, Exact("/v1/peek"), Handler::Peek, Token),
         route(Post, Exact("/v1/report"), Handler::Report, Token),
-        route(Get, Exact("/v1/auth"), Handler::Auth, Token),
-        route(Get, Prefix("/v1/auth/"), Handler::AuthPath, Token),
+        route(Any, Exact("/v1/auth"), Handler::Auth, Token),
+        route(Any, Prefix("/v1/auth/"), Handler::AuthPath, Token),
         route(Get, Exact("/healthz"), Handler::Health, Open),
         route(Get, Exact("/readyz"), Handler::Ready, Open),
         route(

@@ -130,7 +130,7 @@ async fn every_route_without_a_token_is_refused_where_tokens_apply() {
             };
             let method = match route.methods {
                 Methods::Post => "POST",
-                Methods::Get => "GET",
+                Methods::Get | Methods::Any => "GET",
             };
             let guarded = match route.access {
                 Access::Token => true,

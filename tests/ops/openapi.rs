@@ -173,7 +173,6 @@ async fn the_openapi_document_validates_and_so_do_live_answers() {
         ("GET", "/v1/peek"),
         ("GET", "/v1/report"),
         ("GET", "/v1/reset"),
-        ("POST", "/v1/auth"),
         ("POST", "/v1/limited"),
         ("POST", "/v1/status"),
         ("POST", "/healthz"),
