@@ -28,7 +28,7 @@ async fn main() -> anyhow::Result<()> {
         .context("cannot set up the Memcached store")?;
     let app = with_rls(app, &config)?;
 
-    // Discovery wins over servers, as in the store itself.
+    // The configuration gives the nodes one way: a list, or an endpoint.
     if let Some(endpoint) = &config.cluster.discovery {
         tracing::info!(namespace = %config.namespace, "counting in Memcached via discovery at {endpoint}");
     } else if config.servers.is_empty() {
