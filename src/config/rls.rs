@@ -76,28 +76,37 @@ pub(super) fn resolve(
 }
 
 /// The rule files `path` stands for: itself, or every `*.yaml` and `*.yml`
-/// file of the directory it names (in name order, hidden ones skipped), as
-/// envoyproxy/ratelimit reads its runtime directory. Read by the RLS
+/// file under the directory it names, its subdirectories included (in
+/// path order), as envoyproxy/ratelimit's runtime loader walks its
+/// directory. Hidden files and directories are skipped: a Kubernetes
+/// ConfigMap mount keeps a second copy of every file under `..data` and a
+/// `..<timestamp>` directory. A symlinked directory is not followed (nor
+/// is it by that loader); a symlinked file is read. Read by the RLS
 /// service at start, and by a reload to see whether they changed.
 pub(crate) fn rule_files(path: &Path) -> Result<Vec<PathBuf>, String> {
     if !path.is_dir() {
         return Ok(vec![path.to_owned()]);
     }
-    let entries = std::fs::read_dir(path)
-        .map_err(|error| format!("cannot read {}: {error}", path.display()))?;
-    let mut files: Vec<PathBuf> = entries
-        .filter_map(Result::ok)
-        .map(|entry| entry.path())
-        .filter(|file| {
-            let name = file
-                .file_name()
-                .and_then(|name| name.to_str())
-                .unwrap_or("");
-            !name.starts_with('.')
-                && (name.ends_with(".yaml") || name.ends_with(".yml"))
-                && file.is_file()
-        })
-        .collect();
+    let mut files = Vec::new();
+    let mut directories = vec![path.to_owned()];
+    while let Some(directory) = directories.pop() {
+        let entries = std::fs::read_dir(&directory)
+            .map_err(|error| format!("cannot read {}: {error}", directory.display()))?;
+        for entry in entries.filter_map(Result::ok) {
+            let file = entry.path();
+            let name = entry.file_name();
+            let name = name.to_str().unwrap_or("");
+            if name.starts_with('.') {
+                continue;
+            }
+            let is_real_directory = entry.file_type().is_ok_and(|kind| kind.is_dir());
+            if is_real_directory {
+                directories.push(file);
+            } else if (name.ends_with(".yaml") || name.ends_with(".yml")) && file.is_file() {
+                files.push(file);
+            }
+        }
+    }
     files.sort();
     if files.is_empty() {
         return Err(format!(
@@ -106,4 +115,44 @@ pub(crate) fn rule_files(path: &Path) -> Result<Vec<PathBuf>, String> {
         ));
     }
     Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// As envoyproxy/ratelimit's runtime loader walks its directory, rule
+    /// files in subdirectories are read too; hidden files and directories
+    /// are not (a Kubernetes ConfigMap mount keeps a second copy of every
+    /// file under `..2026_...` and `..data`), nor other extensions.
+    #[test]
+    fn a_rules_directory_is_read_with_its_subdirectories_but_not_hidden_ones() {
+        let dir = std::env::temp_dir().join(format!("slidegate-rules-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        for sub in ["team/nested", "..2026_11_27", ".git"] {
+            std::fs::create_dir_all(dir.join(sub)).unwrap();
+        }
+        for file in [
+            "a.yaml",
+            "team/b.yml",
+            "team/nested/c.yaml",
+            ".hidden.yaml",
+            "..2026_11_27/a.yaml",
+            ".git/d.yaml",
+            "notes.txt",
+        ] {
+            std::fs::write(dir.join(file), "domain: d\n").unwrap();
+        }
+        let found = rule_files(&dir);
+        let _ = std::fs::remove_dir_all(&dir);
+        let relative: Vec<PathBuf> = found
+            .unwrap()
+            .into_iter()
+            .map(|path| path.strip_prefix(&dir).unwrap().to_owned())
+            .collect();
+        assert_eq!(
+            relative,
+            ["a.yaml", "team/b.yml", "team/nested/c.yaml"].map(PathBuf::from)
+        );
+    }
 }
