@@ -161,8 +161,27 @@ async fn shadow_mode_admits_and_tells() {
         second.header("ratelimit").is_none(),
         "no RateLimit headers: clients must not slow down for a shadow limit"
     );
+    // The wait it would have asked for: until the first check's count
+    // has slid out of the hour window, the end of the bucket after its own
+    // (1 to 2 hours away).
+    let would_wait = second.json()["retry_after_ms"].as_u64().unwrap();
+    assert!(
+        (3_600_000..=7_200_000).contains(&would_wait),
+        "retry_after_ms {would_wait}"
+    );
     // The refused request was not counted: the estimate is still 1.
     assert_eq!(second.json()["limits"][0]["estimate"], 1.0);
+    // A report is never shadowed: it says what the limits say, and counts.
+    let report = http::post(
+        addr,
+        "/v1/report",
+        r#"{"key": "s-report", "policy": "trial", "cost": 2}"#,
+    )
+    .await;
+    assert_eq!(report.status, 200, "{}", report.body);
+    assert_eq!(report.json()["allowed"], false, "{}", report.body);
+    assert!(report.json().get("shadow").is_none(), "{}", report.body);
+    assert_eq!(report.json()["limits"][0]["estimate"], 2.0, "counted");
     let peek = http::post(addr, "/v1/peek", body).await;
     assert_eq!(peek.json()["limits"][0]["estimate"], 1.0);
     // Forward-auth admits too.

@@ -46,6 +46,15 @@ async fn exempt_keys_and_addresses_pass_uncounted_and_follow_reloads() {
             .await;
         assert_eq!(peeked.json()["source"], "exempt");
     }
+    // A report of an exempt key counts nothing either (seen after the
+    // reload below, when the key is limited and starts from zero).
+    let reported = service
+        .post(
+            "/v1/report",
+            serde_json::json!({"key": "internal-batch", "policy": "api", "cost": 5}),
+        )
+        .await;
+    assert_eq!(reported.json()["source"], "exempt", "{}", reported.body);
     let status = service.get("/v1/status").await.json();
     let api = status["policies"]
         .as_array()
@@ -92,9 +101,9 @@ async fn exempt_keys_and_addresses_pass_uncounted_and_follow_reloads() {
                 && line.contains("outcome=\"exempt\"")
         })
         .unwrap_or_else(|| panic!("no exempt series in {metrics}"));
-    // /metrics counts peeks as it counts checks, for every key: 9 exempt
-    // checks and the 3 peeks above.
-    assert!(exempt.ends_with(" 12"), "{exempt}");
+    // /metrics counts peeks and reports as it counts checks, for every
+    // key: 9 exempt checks, the 3 peeks and the report above.
+    assert!(exempt.ends_with(" 13"), "{exempt}");
 
     // Live on reload: without the exemptions, the same key is limited.
     let mut reloader = Reloader::new(
@@ -121,6 +130,14 @@ async fn exempt_keys_and_addresses_pass_uncounted_and_follow_reloads() {
     );
     assert_eq!(through("127.0.0.2", None).await, 200);
     assert_eq!(through("127.0.0.2", None).await, 429);
+    // The exempt report of 5 was not counted: the key's first check passes.
+    assert_eq!(
+        service
+            .post("/v1/check", check("internal-batch", "api"))
+            .await
+            .status,
+        200
+    );
 
     // A bad pattern names its field.
     let bad = Config::resolve(
