@@ -52,3 +52,52 @@ async fn closed_at_once(addr: SocketAddr) -> bool {
     let read = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut answer)).await;
     matches!(read, Ok(Ok(0) | Err(_)))
 }
+
+/// `[auth]` applies live: the configured `deny_status` answers the path
+/// form's refusals (it has no query to set one), and a reload's new status
+/// and trusted proxies answer the next request.
+#[tokio::test]
+async fn the_auth_section_applies_live() {
+    let dir = process::temp_dir("slidegate-auth-live");
+    let config = dir.join("slidegate.toml");
+    let write = |deny: u16, trusted: &str| {
+        std::fs::write(
+            &config,
+            format!(
+                "[reload]\nwatch_ms = 0\n[auth]\ndeny_status = {deny}\ntrusted_proxies = [{trusted}]\n\
+                 [policies.api]\nlimits = [{{ limit = 1, window = \"1h\" }}]\n"
+            ),
+        )
+        .unwrap();
+    };
+    write(403, "");
+    let (daemon, addr) = start(&config, &dir);
+    let ask = |forwarded: &'static str| async move {
+        http::send(
+            addr,
+            "GET",
+            "/v1/auth/api/orders",
+            &[("x-forwarded-for", forwarded)],
+            Vec::new(),
+        )
+        .await
+    };
+    // Untrusted, the forwarded address is ignored: both are the peer's.
+    assert_eq!(ask("192.0.2.1").await.status, 200);
+    assert_eq!(
+        ask("192.0.2.2").await.status,
+        403,
+        "the configured deny_status"
+    );
+
+    write(451, "\"127.0.0.1\"");
+    hang_up(&daemon);
+    eventually("the reloaded [auth]", || async {
+        // Trusted now: each forwarded client counts apart.
+        ask("192.0.2.3").await.status == 200
+    })
+    .await;
+    let refused = ask("192.0.2.3").await;
+    assert_eq!(refused.status, 451, "{}", refused.body);
+    assert!(refused.header("retry-after").is_some());
+}
