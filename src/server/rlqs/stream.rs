@@ -216,6 +216,9 @@ mod tests {
     /// and what a stream gives up, abandoned or at its end, is free again.
     #[test]
     fn the_buckets_of_all_streams_are_bounded_together() {
+        // The README's figure for an instance; the behaviour below, on a
+        // budget of 2.
+        assert_eq!(MAX_BUCKETS, 100_000);
         let budget = BucketBudget::new(2);
         let mut first = StreamState::new(1, budget.clone());
         let mut second = StreamState::new(2, budget.clone());
@@ -243,5 +246,27 @@ mod tests {
         assert!(!second.forget("c"));
         assert_eq!(budget.held(), 1);
         assert_eq!(second.keys().collect::<Vec<_>>(), ["d"]);
+    }
+
+    /// A stream keeps at most the README's 10,000 buckets: the next new one
+    /// is its client's fault, INVALID_ARGUMENT naming the field, while
+    /// buckets it already keeps are still reported.
+    #[test]
+    fn a_stream_keeps_at_most_ten_thousand_buckets() {
+        assert_eq!(MAX_BUCKETS_PER_STREAM, 10_000);
+        let mut stream = StreamState::new(1, BucketBudget::new(20_000));
+        for index in 0..MAX_BUCKETS_PER_STREAM {
+            let name = format!("b{index}");
+            assert!(stream.reported(&name, &id(&name), 1_000).is_ok(), "{index}");
+        }
+        let refused = stream
+            .reported("one-more", &id("one-more"), 1_000)
+            .unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
+        assert!(
+            refused.message().starts_with("bucket_quota_usages:"),
+            "{refused:?}"
+        );
+        assert!(stream.reported("b0", &id("b0"), 2_000).is_ok());
     }
 }
