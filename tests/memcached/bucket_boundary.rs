@@ -91,3 +91,43 @@ async fn a_check_that_crosses_a_bucket_boundary_in_flight_is_decided_again() {
         );
     }
 }
+
+/// An admitted check whose bucket ends while it is on the wire costs 3
+/// round trips, as the README's "Measuring" says: the check, the rollback
+/// of its crossing, and the check again, which admits it in the bucket it
+/// finished in.
+#[tokio::test]
+async fn an_admitted_check_whose_bucket_ends_in_flight_costs_three_round_trips() {
+    let memcached = Memcached::start();
+    let proxy = CountingProxy::start(memcached.addr()).await;
+    let boundary = common::today_ms() + 30_000;
+    let clock = ManualClock::new(boundary - 1);
+    let limiter = Arc::new(
+        Limiter::builder(
+            MemcachedStore::connect(&common::memcached_options(vec![proxy.addr.clone()]))
+                .await
+                .unwrap(),
+        )
+        .clock(clock.clone())
+        .timeout(Duration::from_secs(5))
+        .build(),
+    );
+    let api = Arc::new(policy(&[(100, 1_000, 1)]));
+    proxy.hold();
+    let in_flight = {
+        let (limiter, api) = (limiter.clone(), api.clone());
+        tokio::spawn(async move { limiter.check("k", &api, 1).await.unwrap() })
+    };
+    proxy.holding_a_request().await;
+    clock.set(boundary);
+    proxy.release();
+    let late = in_flight.await.unwrap();
+    assert!(late.allowed && late.counted, "{late:?}");
+    assert_eq!(
+        late.decided_at_ms, boundary,
+        "decided again after the boundary"
+    );
+    assert_eq!(proxy.round_trips(), 3);
+    let now = limiter.peek("k", &api, 1).await.unwrap();
+    assert_eq!(now.limits[0].estimate.as_f64(), 1.0, "counted once");
+}
