@@ -349,3 +349,53 @@ mod tower_layer {
         assert_eq!(status_of(&mut service, None).await, 200, "no key, no store");
     }
 }
+
+/// "With `default-features = false` the crate has no HTTP dependencies",
+/// as the README's library mode says, with or without the `memcached`
+/// feature: checked in the dependency tree cargo resolves for it.
+#[test]
+fn the_library_without_default_features_has_no_http_dependencies() {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    for features in ["", "memcached"] {
+        let output = Command::new(&cargo)
+            .args([
+                "tree",
+                "--offline",
+                "--no-default-features",
+                "--features",
+                features,
+            ])
+            .args(["-e", "normal", "--prefix", "none", "--format", "{p}"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .expect("cargo runs");
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let tree = String::from_utf8_lossy(&output.stdout);
+        let crates: BTreeSet<&str> = tree
+            .lines()
+            .filter_map(|line| line.split_whitespace().next())
+            .collect();
+        assert!(crates.contains("tokio"), "the tree was read: {crates:?}");
+        let http: Vec<&&str> = crates
+            .iter()
+            .filter(|name| {
+                [
+                    "hyper",
+                    "hyper-util",
+                    "http",
+                    "http-body",
+                    "h2",
+                    "tonic",
+                    "axum",
+                    "tower",
+                ]
+                .contains(name)
+            })
+            .collect();
+        assert!(http.is_empty(), "features {features:?}: {http:?}");
+    }
+}
