@@ -425,3 +425,41 @@ fn a_window_too_long_to_count_is_named_so() {
         .unwrap_or_default();
     assert!(error.contains("too long"), "{error}");
 }
+
+/// Each bounded setting the README gives a range for takes its ends and
+/// refuses one past each, naming the key.
+#[test]
+fn every_ranged_setting_takes_its_ends_and_refuses_past_them() {
+    let cases: &[(&str, &str, &[u64], &[u64])] = &[
+        ("memcached", "connections", &[1, 64], &[0, 65]),
+        (
+            "near_cache",
+            "revalidate_ms",
+            &[10, 3_600_000],
+            &[9, 3_600_001],
+        ),
+        ("rls", "max_descriptors", &[1, 100_000], &[0, 100_001]),
+        ("reload", "watch_ms", &[0, 100, 3_600_000], &[99, 3_600_001]),
+        ("memcached", "timeout_ms", &[1, 60_000], &[0, 60_001]),
+    ];
+    for (section, key, good, bad) in cases {
+        let text = |value: u64| format!("[{section}]\n{key} = {value}\n");
+        for value in *good {
+            let resolved = resolve(&text(*value), &Overrides::default());
+            assert!(
+                resolved.is_ok(),
+                "{section}.{key} = {value}: {:?}",
+                resolved.err()
+            );
+        }
+        for value in *bad {
+            let error = resolve(&text(*value), &Overrides::default())
+                .err()
+                .unwrap_or_default();
+            assert!(
+                error.contains(&format!("{section}.{key}")),
+                "{section}.{key} = {value}: {error}"
+            );
+        }
+    }
+}

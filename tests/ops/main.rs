@@ -93,8 +93,15 @@ impl Service {
     }
 
     async fn get(&self, path: &str) -> Response {
+        self.get_with(path, &[]).await
+    }
+
+    /// A GET with the token and these headers too.
+    async fn get_with(&self, path: &str, more: &[(&str, &str)]) -> Response {
         let auth = format!("Bearer {TOKEN}");
-        http::send(self.addr, "GET", path, &[("authorization", &auth)], "").await
+        let mut headers = vec![("authorization", auth.as_str())];
+        headers.extend_from_slice(more);
+        http::send(self.addr, "GET", path, &headers, "").await
     }
 }
 

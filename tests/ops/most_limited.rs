@@ -64,6 +64,27 @@ async fn the_most_limited_keys_come_first() {
     }
     let no_token = http::get(service.addr, "/v1/limited").await;
     assert_eq!(no_token.status, 401);
+
+    // Forward-auth's refusals are listed as checks' are; the answer holds
+    // 20 keys unless asked for more, up to 1,000.
+    for index in 0..22 {
+        let key = format!("proxied-{index}");
+        for _ in 0..2 {
+            service
+                .get_with("/v1/auth?policy=api", &[("x-ratelimit-key", key.as_str())])
+                .await;
+        }
+    }
+    let listed = |answer: http::Response| answer.json()["keys"].as_array().unwrap().clone();
+    let default = listed(service.get("/v1/limited").await);
+    assert_eq!(default.len(), 20);
+    let all = listed(service.get("/v1/limited?top=1000").await);
+    assert_eq!(all.len(), 3 + 22, "{all:?}");
+    assert!(
+        all.iter()
+            .any(|entry| entry["key"] == "proxied-21" && entry["refused"] == 1),
+        "{all:?}"
+    );
 }
 
 /// A shadow policy admits every request; what its limits would refuse is

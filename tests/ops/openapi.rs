@@ -176,6 +176,10 @@ async fn the_openapi_document_validates_and_so_do_live_answers() {
         ("POST", "/v1/limited"),
         ("POST", "/v1/status"),
         ("POST", "/healthz"),
+        ("POST", "/readyz"),
+        ("POST", "/metrics"),
+        ("POST", "/openapi.json"),
+        ("POST", "/"),
     ] {
         let answer = http::send(
             service.addr,

@@ -26,6 +26,12 @@ async fn the_server_section_applies_live() {
     })
     .await;
 
+    // A keep-alive connection opened before the cap is lowered stays, and
+    // keeps being served (the README: "connections already open over a
+    // lowered cap stay").
+    let mut kept = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let ask_health = b"GET /healthz HTTP/1.1\r\nhost: slidegate\r\n\r\n";
+    assert!(answered(&mut kept, ask_health).await, "before the cap");
     std::fs::write(&config, format!("{guarded}max_connections = 1\n")).unwrap();
     hang_up(&daemon);
     // One connection held open takes the only place: the next is closed.
@@ -36,7 +42,30 @@ async fn the_server_section_applies_live() {
         closed_at_once(addr).await
     })
     .await;
+    // Over the lowered cap (it and the probes above), it is still served.
+    assert!(answered(&mut kept, ask_health).await, "after the cap");
     assert!(!daemon.log().contains("restart needed"), "{}", daemon.log());
+}
+
+/// Whether `request`, written on `stream`, is answered 200 (a keep-alive
+/// connection: the answer is read by its length, the connection stays).
+async fn answered(stream: &mut tokio::net::TcpStream, request: &[u8]) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    if stream.write_all(request).await.is_err() {
+        return false;
+    }
+    let mut answer = Vec::new();
+    let mut buffer = [0u8; 1024];
+    let read = async {
+        while !answer.windows(4).any(|window| window == b"\r\n\r\n") || !answer.ends_with(b"}") {
+            match stream.read(&mut buffer).await {
+                Ok(0) | Err(_) => return,
+                Ok(read) => answer.extend_from_slice(&buffer[..read]),
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(5), read).await;
+    answer.starts_with(b"HTTP/1.1 200")
 }
 
 /// Whether a new connection to `addr` is closed without an answer.
