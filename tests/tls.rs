@@ -13,6 +13,9 @@ use std::time::Duration;
 
 use common::Memcached;
 use common::wait::{PATIENCE, until_version, wait_for};
+use slidegate::config::AuthConfig;
+use slidegate::server::{self, App};
+use slidegate::store::AnyStore;
 use slidegate::{
     FailureMode, Limit, Limiter, MemcachedOptions, MemcachedStore, Policy, Source, Store,
     TlsOptions,
@@ -180,6 +183,21 @@ async fn a_certificate_that_does_not_verify_is_a_store_failure() {
             || std::future::ready(store.topology().tls_failures > 0),
         )
         .await;
+        // The service on such a store is not ready, and says why.
+        let served = MemcachedStore::connect(&options).await.unwrap();
+        let app = App::new(
+            Limiter::builder(AnyStore::Memcached(served)).build(),
+            [],
+            AuthConfig::default(),
+        );
+        let addr = common::in_process::serve_forever(server::serve, Arc::new(app)).await;
+        let ready = common::http::get(addr, "/readyz").await;
+        assert_eq!(ready.status, 503, "{why}: {}", ready.body);
+        assert!(
+            ready.body.contains("TLS handshake"),
+            "{why}: {}",
+            ready.body
+        );
     }
 }
 
