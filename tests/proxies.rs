@@ -92,14 +92,25 @@ async fn stack(name: &str) -> Stack {
     }
 }
 
-/// The protected API: 200 `hello from the API` to everything.
+/// The protected API: 200 `hello from the API` to everything but
+/// `/forbidden`, which it answers 403 itself.
 async fn serve_api(listener: tokio::net::TcpListener) {
     while let Ok((stream, _)) = listener.accept().await {
         tokio::spawn(async move {
-            let service = hyper::service::service_fn(|_request| async {
-                Ok::<_, std::convert::Infallible>(hyper::Response::new(http_body_util::Full::new(
-                    Bytes::from_static(b"hello from the API"),
-                )))
+            let service = hyper::service::service_fn(|request: hyper::Request<_>| async move {
+                let forbidden = request.uri().path() == "/forbidden";
+                let body = if forbidden {
+                    "forbidden by the API"
+                } else {
+                    "hello from the API"
+                };
+                let mut response = hyper::Response::new(http_body_util::Full::new(
+                    Bytes::from_static(body.as_bytes()),
+                ));
+                if forbidden {
+                    *response.status_mut() = hyper::StatusCode::FORBIDDEN;
+                }
+                Ok::<_, std::convert::Infallible>(response)
             });
             let _ = hyper::server::conn::http1::Builder::new()
                 .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
@@ -191,6 +202,18 @@ async fn limits_through(proxy: SocketAddr) {
     // Another address: its own counters.
     let other = through(proxy, "127.0.0.3", &[]).await;
     assert_admitted(&other, LIMIT - 1, "127.0.0.3");
+
+    // The API's own 403, on an admitted request, reaches the client as the
+    // API wrote it (nginx's recipe turns only slidegate's 403 into a 429).
+    let forbidden = http::get_from(
+        ip("127.0.0.1"),
+        proxy,
+        "/forbidden",
+        &[("x-api-key", "carol")],
+    )
+    .await;
+    assert_eq!(forbidden.status, 403, "{}", forbidden.body);
+    assert_eq!(forbidden.body, "forbidden by the API");
 }
 
 /// For `test`: Debian's `proxy` (installed when missing, see
