@@ -53,6 +53,13 @@ async fn a_refused_request_is_counted_by_no_descriptor() {
             assert_eq!(codes(&mut client, five()).await.0, Code::Ok);
         }
         assert_eq!(codes(&mut client, five()).await.0, Code::OverLimit);
+        // The HTTP face's "who is limited" and status page count HTTP
+        // checks and forward-auth only, as the README says: these RLS
+        // refusals are not listed.
+        let http = in_process::serve_forever(server::serve, rls.app.clone()).await;
+        let limited = common::http::get(http, "/v1/limited").await;
+        assert_eq!(limited.status, 200, "{}", limited.body);
+        assert_eq!(limited.json()["keys"], serde_json::json!([]), "{name}");
     }
 }
 
