@@ -399,3 +399,46 @@ fn the_library_without_default_features_has_no_http_dependencies() {
         assert!(http.is_empty(), "features {features:?}: {http:?}");
     }
 }
+
+/// The image's promises (the README's Docker section): it runs as a user
+/// of its own, not root, and its HEALTHCHECK, run as written against the
+/// binary, passes while the service answers and fails once it is gone.
+#[test]
+fn the_image_runs_as_a_user_and_its_healthcheck_asks_the_service() {
+    let dockerfile = read("docker/Dockerfile");
+    let last_stage = dockerfile.rsplit("\nFROM ").next().unwrap();
+    let user = last_stage
+        .lines()
+        .find_map(|line| line.strip_prefix("USER "))
+        .expect("the final stage names its USER");
+    assert!(!["root", "0"].contains(&user.trim()), "USER {user}");
+
+    // The HEALTHCHECK's command, its JSON form read as JSON.
+    let healthcheck = last_stage
+        .split("HEALTHCHECK")
+        .nth(1)
+        .expect("a HEALTHCHECK");
+    let command = healthcheck
+        .split("CMD ")
+        .nth(1)
+        .and_then(|rest| rest.lines().next())
+        .expect("its CMD");
+    let argv: Vec<String> = serde_json::from_str(command).expect("CMD in JSON form");
+    let service =
+        common::service::Slidegate::start("healthcheck", common::service::Slidegate::command());
+    let port = service.addr.port().to_string();
+    let run = |argv: &[String]| {
+        let argv: Vec<String> = argv
+            .iter()
+            .map(|arg| arg.replace("127.0.0.1/8080", &format!("127.0.0.1/{port}")))
+            .collect();
+        Command::new(&argv[0])
+            .args(&argv[1..])
+            .status()
+            .expect("the HEALTHCHECK's command runs")
+            .success()
+    };
+    assert!(run(&argv), "healthy while the service answers");
+    drop(service);
+    assert!(!run(&argv), "unhealthy once it is gone");
+}
