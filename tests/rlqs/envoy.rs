@@ -98,6 +98,33 @@ pub async fn open(
     Ok((sender, answers))
 }
 
+/// Open a stream on `client`'s connection (shared with its clones), with
+/// `first` sent at once; `None` if it is not open within `within`.
+pub async fn open_on(
+    client: &RateLimitQuotaServiceClient<Channel>,
+    first: RateLimitQuotaUsageReports,
+    within: Duration,
+) -> Option<(
+    mpsc::Sender<RateLimitQuotaUsageReports>,
+    Streaming<RateLimitQuotaResponse>,
+)> {
+    let mut client = client.clone();
+    let (sender, receiver) = mpsc::channel(16);
+    sender.send(first).await.unwrap();
+    let opened = tokio::time::timeout(within, async move {
+        let mut answers = client
+            .stream_rate_limit_quotas(tonic::Request::new(ReceiverStream::new(receiver)))
+            .await
+            .unwrap()
+            .into_inner();
+        answers.message().await.unwrap().expect("a first answer");
+        answers
+    })
+    .await
+    .ok()?;
+    Some((sender, opened))
+}
+
 pub fn usage(labels: &Labels, allowed: u64, denied: u64, elapsed_s: i64) -> Usage {
     Usage {
         bucket_id: Some(BucketId {

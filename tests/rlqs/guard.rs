@@ -133,3 +133,45 @@ async fn a_revoked_token_ends_an_open_stream_at_its_next_report() {
         .unwrap();
     assert!(envoy::next(&mut answers).await.unwrap().is_some());
 }
+
+/// One connection carries at most 100 calls or streams at once (the
+/// README's bound, HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS): a 101st
+/// stream on it waits, and opens as soon as one of the others ends.
+#[tokio::test]
+async fn a_connection_carries_at_most_one_hundred_streams() {
+    use slidegate::server::rlqs::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
+
+    let clock = clock();
+    let server = instance(
+        memcached().await,
+        &clock,
+        FailureMode::Allow,
+        ServerGuard::default(),
+    )
+    .await;
+    let client = RateLimitQuotaServiceClient::new(envoy::channel(server.addr).await);
+    let first = |index: usize| {
+        let name = format!("s{index}");
+        reports(
+            "envoy",
+            vec![envoy::usage(&envoy::labels(&[("name", &name)]), 1, 0, 0)],
+        )
+    };
+    let mut open = Vec::new();
+    for index in 0..100 {
+        let stream = envoy::open_on(&client, first(index), Duration::from_secs(10)).await;
+        open.push(stream.unwrap_or_else(|| panic!("stream {index} opened")));
+    }
+    let waiting = tokio::spawn({
+        let client = client.clone();
+        async move { envoy::open_on(&client, first(100), Duration::from_secs(30)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!waiting.is_finished(), "the 101st stream opened beside 100");
+    drop(open.pop());
+    let opened = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("opened once one ended")
+        .unwrap();
+    assert!(opened.is_some(), "the 101st stream was answered");
+}
