@@ -37,6 +37,45 @@ async fn sigterm_ends_the_binary_while_a_stream_keeps_reporting() {
     envoy::next(&mut answers).await.unwrap().unwrap();
     let draining = tokio::spawn(async move { while let Ok(Some(_)) = answers.message().await {} });
 
+    // Once SIGTERM is received, the RLQS face takes no new call: a new
+    // connection is refused, or its stream is (the README's "take no new
+    // call, give what is in flight 5 s").
+    service.signal(libc::SIGTERM);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !service.log().contains("SIGTERM received") {
+        assert!(std::time::Instant::now() < deadline, "{}", service.log());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let late = async {
+        let channel = tonic::transport::Channel::from_shared(format!("http://{rlqs}"))
+            .unwrap()
+            .connect_timeout(Duration::from_secs(2))
+            .connect()
+            .await
+            .ok()?;
+        let mut client = slidegate::server::rlqs::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient::new(channel);
+        let (sender, receiver) = tokio::sync::mpsc::channel(1);
+        sender
+            .send(RateLimitQuotaUsageReports {
+                domain: "envoy".into(),
+                bucket_quota_usages: vec![envoy::usage(&labels(&[("name", "late")]), 1, 0, 0)],
+            })
+            .await
+            .unwrap();
+        let mut answers = client
+            .stream_rate_limit_quotas(tokio_stream::wrappers::ReceiverStream::new(receiver))
+            .await
+            .ok()?
+            .into_inner();
+        answers.message().await.ok().flatten()
+    };
+    let answered = tokio::time::timeout(Duration::from_secs(10), late).await;
+    assert!(
+        matches!(answered, Ok(None)),
+        "a stream opened after SIGTERM was answered: {answered:?}"
+    );
+
     // `stop` requires a clean exit within its bound (15 s).
     let log = tokio::task::spawn_blocking(move || service.stop())
         .await
