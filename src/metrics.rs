@@ -286,8 +286,10 @@ impl Metrics {
     /// Remove the series of a policy no longer configured (the server
     /// calls this for each policy a reload removes): Prometheus marks them
     /// stale, and the series follow the configuration in force. Configured
-    /// again, the policy starts from zero. A check decided across the
-    /// removal may bring its series back until the next removal.
+    /// again, the policy starts from zero. A check still being decided
+    /// under the configuration before the removal may bring its series
+    /// back (at zero, then counting it): a race of one reload's instant,
+    /// bounded as before by the policies ever configured.
     pub fn forget_policy(&self, name: &str) {
         if name == crate::policy::INLINE_SCOPE {
             return;
