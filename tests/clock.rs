@@ -217,3 +217,37 @@ async fn a_local_clock_set_back_during_the_estimate_still_gives_the_nodes_time()
         shared.offset_ms()
     );
 }
+
+/// What the README says an estimate costs and what a silent Memcached does
+/// to the shared clock: the first estimate takes at most 110 probes (each
+/// a round trip through the counting proxy, on a connection of its own),
+/// and once Memcached stops answering, the time stays the local clock plus
+/// the last offset: only the next estimate is affected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_estimate_costs_at_most_110_probes_and_a_silent_memcached_keeps_the_offset() {
+    let memcached = common::Memcached::start();
+    let proxy = common::proxy::CountingProxy::start(memcached.addr()).await;
+    let options = common::memcached_options(vec![proxy.addr.clone()]);
+    let shared = MemcachedClock::start(&options, Arc::new(SystemClock))
+        .await
+        .unwrap();
+    assert!(shared.synced(Duration::from_secs(20)).await, "no estimate");
+    let probes = proxy.round_trips();
+    assert!(
+        (2..=110).contains(&probes),
+        "{probes} probes for the estimate"
+    );
+
+    let offset = shared.offset_ms();
+    proxy.cut();
+    drop(memcached);
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let drift = shared.now_ms() as i64 - SystemClock.now_ms() as i64 - offset;
+        assert!(
+            drift.abs() <= 5,
+            "the shared time moved by {drift} ms from local + offset"
+        );
+        assert_eq!(shared.offset_ms(), offset);
+    }
+}
