@@ -249,6 +249,53 @@ async fn a_client_still_sending_a_large_body_reads_its_413() {
     }
 }
 
+/// What is drained of a refused body is bounded: a client that keeps
+/// trickling a huge body after its 413 has the connection closed once
+/// 1 MiB or 2 s have been read and dropped (the README), not held open for
+/// as long as it sends. Bounded: at most 8 s of sending.
+#[tokio::test]
+async fn a_refused_body_is_drained_for_a_bounded_time_only() {
+    let app = memory_app().await;
+    let mut stream = tokio::net::TcpStream::connect(app.addr).await.unwrap();
+    let head = "POST /v1/check HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\n\
+                content-length: 67108864\r\n\r\n";
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let (mut reading, mut writing) = stream.into_split();
+    let started = std::time::Instant::now();
+    // 32 KiB every 50 ms: 640 KiB a second, for at most 8 s.
+    let trickle = tokio::spawn(async move {
+        let chunk = vec![b'a'; 32 * 1024];
+        while started.elapsed() < Duration::from_secs(8) {
+            if writing.write_all(&chunk).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    let mut answer = Vec::new();
+    let mut buffer = [0u8; 1024];
+    let closed = tokio::time::timeout(Duration::from_secs(8), async {
+        loop {
+            match reading.read(&mut buffer).await {
+                Ok(0) | Err(_) => return,
+                Ok(read) => answer.extend_from_slice(&buffer[..read]),
+            }
+        }
+    })
+    .await;
+    let after = started.elapsed();
+    trickle.abort();
+    assert!(
+        String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 413"),
+        "{:?}",
+        String::from_utf8_lossy(&answer)
+    );
+    assert!(
+        closed.is_ok(),
+        "the connection was still open after {after:?} of a trickled body"
+    );
+}
+
 /// Random bytes and random near-JSON never make the server fail: every
 /// answer is a 200, 400, 413 or 429 with a JSON body, and the server keeps
 /// answering. Bounded: 400 requests.
