@@ -190,7 +190,9 @@ impl NearCache {
     }
 
     /// Drop what is remembered of `key`: its counts went down (a reset),
-    /// or the store admits it again.
+    /// or the store admits it again. Without asking the presence filter,
+    /// unlike [`forget_counted`](Self::forget_counted): it may read low
+    /// for an instant, and a reset must never leave its refusal behind.
     pub fn forget(&self, key: &NearKey) {
         if let Some(cache) = &self.cache {
             cache.entries.invalidate(key);

@@ -69,9 +69,8 @@ pub(super) fn resolve(
         file.servers.clone()
     };
     let servers: Vec<String> = given
-        .clone()
-        .unwrap_or_default()
-        .into_iter()
+        .iter()
+        .flatten()
         .map(|server| server.trim().to_owned())
         .filter(|server| !server.is_empty())
         .collect();

@@ -63,8 +63,9 @@ impl<S: Store> Limiter<S> {
         }
     }
 
-    /// [`fall_back_all`](Self::fall_back_all), boxed: the failure path is
-    /// rare, and a leader's future, moved whole wherever it is created,
+    /// The store failed for a whole batch: the failure mode decides each
+    /// check of it, alone, at the batch's instant. Boxed: the failure path
+    /// is rare, and a leader's future, moved whole wherever it is created,
     /// stays the size of its common path.
     pub(super) async fn fall_back_boxed(
         &self,
@@ -73,25 +74,16 @@ impl<S: Store> Limiter<S> {
         policy: &Policy,
         batch: Arrival,
     ) -> Result<Decision, CheckError> {
-        Box::pin(self.fall_back_all(lead, error, policy, batch)).await
-    }
-
-    /// The store failed for a whole batch: the failure mode decides each
-    /// check of it, alone, at the batch's instant.
-    pub(super) async fn fall_back_all(
-        &self,
-        lead: &mut Lead<'_>,
-        error: StoreError,
-        policy: &Policy,
-        batch: Arrival,
-    ) -> Result<Decision, CheckError> {
-        for mut member in std::mem::take(&mut lead.others) {
-            if member.waiting() {
-                self.fall_back_member(&mut member, error.clone(), policy, batch)
-                    .await;
+        Box::pin(async move {
+            for mut member in std::mem::take(&mut lead.others) {
+                if member.waiting() {
+                    self.fall_back_member(&mut member, error.clone(), policy, batch)
+                        .await;
+                }
             }
-        }
-        self.fall_back_alone(error, policy, batch).await
+            self.fall_back_alone(error, policy, batch).await
+        })
+        .await
     }
 
     /// Answer `member` by the failure mode, decided alone with its own cost
