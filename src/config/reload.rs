@@ -1,6 +1,7 @@
 //! Reloading the configuration while serving: the file read again (on
 //! SIGHUP, or when its content or the API tokens file's changes), validated
-//! like at start, and compared with the running configuration.
+//! like at start, compared with the running configuration, and refused if
+//! it would take the token guard or every policy away (`kept.rs`).
 //!
 //! Change detection reads the file's bytes rather than watching inodes or
 //! modification times: a Kubernetes ConfigMap update swaps a `..data`
@@ -12,9 +13,16 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use self::files::{read_all, rule_files, watched};
+use self::kept::InForce;
 use super::{
     ClusterConfig, Config, ConfigError, Origin, Overrides, RlqsConfig, ServerGuard, TlsConfig,
 };
+
+mod files;
+mod kept;
+
+pub use self::files::Files;
 
 /// How often the configuration file is read for changes by default.
 pub const DEFAULT_WATCH: Duration = Duration::from_secs(1);
@@ -101,15 +109,17 @@ pub struct Reloader {
     /// What a restart-only setting is compared with: the value in force.
     started: Config,
     /// The files a reload reads (the configuration, the tokens file and
-    /// the RLS rules it names), each with its bytes when last loaded;
-    /// `None` when it could not be read.
-    seen: Vec<(PathBuf, Option<Vec<u8>>)>,
+    /// the RLS rules it names), each with its bytes when last loaded.
+    seen: Files,
     /// The RLS rule files the process started with, and their bytes: the
     /// rules are read only at start, so a change is restart-only.
-    started_rules: Vec<(PathBuf, Option<Vec<u8>>)>,
+    started_rules: Files,
     /// How often to read the files, as the last loaded configuration says
     /// (it applies live).
     watch: Option<std::time::Duration>,
+    /// What the configuration in force has that a reload may not take
+    /// away: the token guard, and its policies.
+    in_force: InForce,
 }
 
 /// A configuration that loaded, with what it cannot apply live.
@@ -127,6 +137,7 @@ impl Reloader {
         Reloader {
             overrides,
             watch: started.watch,
+            in_force: InForce::of(&started),
             started,
             seen,
             started_rules,
@@ -155,33 +166,54 @@ impl Reloader {
     /// What was loaded is kept meanwhile, so a file back with the same
     /// bytes is no change either (no reload made or counted for it).
     pub fn changed(&self) -> bool {
-        self.seen
+        self.differs(&self.read())
+    }
+
+    /// The watched files as they are now.
+    pub fn read(&self) -> Files {
+        read_all(self.seen.paths().cloned().collect())
+    }
+
+    /// Whether `files` (a [`read`](Self::read)) differ from what was last
+    /// loaded, a file that could not be read counting as unchanged (see
+    /// [`changed`](Self::changed)).
+    pub fn differs(&self, files: &Files) -> bool {
+        files
+            .0
             .iter()
-            .any(|(path, seen)| match std::fs::read(path) {
-                Ok(now) => Some(&now) != seen.as_ref(),
-                Err(_) => false,
-            })
+            .zip(&self.seen.0)
+            .any(|((_, now), (_, seen))| now.as_ref().is_some_and(|now| Some(now) != seen.as_ref()))
     }
 
     /// A reloaded configuration was put in force: its `reload.watch_ms`
-    /// applies from now on. Not before: a file the server refuses after it
+    /// applies from now on, and what it has is what the next reload may
+    /// not take away. Not before: a file the server refuses after it
     /// loaded leaves the running configuration whole, its watch included.
     pub fn applied(&mut self, config: &Config) {
         self.watch = config.watch;
+        self.in_force = InForce::of(config);
     }
 
-    /// Load the file again. On failure the running configuration stays, and
-    /// the error names the file and the field.
+    /// Load the files as they are now; see [`reload_from`](Self::reload_from).
     pub fn reload(&mut self) -> Result<Reloaded, ConfigError> {
-        // Taken before loading, so a file that fails is not retried every
+        self.reload_from(self.read())
+    }
+
+    /// Load the configuration from `files` (a [`read`](Self::read): the
+    /// bytes the caller saw hold still, not whatever the file holds by
+    /// now). On failure the running configuration stays, and the error
+    /// names the file and the field. A file that would take the token
+    /// guard or every policy away fails too (see `kept.rs`).
+    pub fn reload_from(&mut self, files: Files) -> Result<Reloaded, ConfigError> {
+        // Kept before loading, so a file that fails is not retried every
         // tick, and one that changes while loading is loaded again.
-        let paths = self.seen.iter().map(|(path, _)| path.clone()).collect();
-        self.seen = read_all(paths);
-        let config = Config::load(&self.overrides)?;
+        self.seen = files;
+        let config = self.load()?;
         let paths = watched(&self.overrides, &config);
-        if self.seen.iter().map(|(path, _)| path).ne(paths.iter()) {
+        if self.seen.paths().ne(paths.iter()) {
             self.seen = read_all(paths);
         }
+        self.in_force.kept_by(&config, &self.origin())?;
         let mut needs_restart = restart_only_changes(&self.started, &config);
         if !needs_restart.contains(&"rls.config")
             && read_all(rule_files(&config)) != self.started_rules
@@ -193,39 +225,29 @@ impl Reloader {
             needs_restart,
         })
     }
-}
 
-/// The files whose content `config` was loaded from, or (the RLS rules)
-/// that the process read at start.
-fn watched(overrides: &Overrides, config: &Config) -> Vec<PathBuf> {
-    overrides
-        .config
-        .iter()
-        .chain(&config.server.api_tokens_file)
-        .cloned()
-        .chain(rule_files(config))
-        .collect()
-}
+    /// The configuration from the file's bytes in `seen`, with the
+    /// environment and the flags; the file's own error when it could not be
+    /// read.
+    fn load(&self) -> Result<Config, ConfigError> {
+        let Some(path) = &self.overrides.config else {
+            return Config::load(&self.overrides);
+        };
+        let Some(bytes) = self.seen.bytes_of(path) else {
+            return Config::load(&self.overrides);
+        };
+        let text = std::str::from_utf8(bytes)
+            .map_err(|error| ConfigError(format!("cannot read {}: {error}", path.display())))?;
+        Config::resolve(Some((path, text)), &self.overrides)
+    }
 
-/// The RLS rule files `config` names, as the RLS service reads them; none
-/// when it names none, or a directory that cannot be listed (its listing
-/// failing at start stops the process, so it is a change).
-fn rule_files(config: &Config) -> Vec<PathBuf> {
-    config
-        .rls_config
-        .as_deref()
-        .and_then(|path| super::rls::rule_files(path).ok())
-        .unwrap_or_default()
-}
-
-fn read_all(paths: Vec<PathBuf>) -> Vec<(PathBuf, Option<Vec<u8>>)> {
-    paths
-        .into_iter()
-        .map(|path| {
-            let bytes = std::fs::read(&path).ok();
-            (path, bytes)
-        })
-        .collect()
+    /// The file a refusal names.
+    fn origin(&self) -> Origin {
+        Origin(self.overrides.config.as_ref().map_or_else(
+            || "configuration".to_owned(),
+            |path| path.display().to_string(),
+        ))
+    }
 }
 
 /// The keys of [`RESTART_ONLY`] whose value in `new` differs from the one

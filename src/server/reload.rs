@@ -2,20 +2,23 @@
 //! every key of [`APPLIED_LIVE`] is put in force without dropping a request
 //! (policies and `[auth]` by [`App::apply`], the connection cap and the API
 //! tokens by the guard, `[rlqs]` but its listener by the RLQS service,
-//! `reload.watch_ms` by the watch loop). A bad file
-//! keeps the running configuration; changed keys of [`RESTART_ONLY`] are
-//! named in the log and raise `slidegate_config_restart_pending`.
+//! `reload.watch_ms` by the watch loop). A changed file is loaded only once
+//! it holds still (see [`HOLD_STILL`]). A bad file, or one that would take
+//! the token guard or every policy away, keeps the running configuration;
+//! changed keys of [`RESTART_ONLY`] are named in the log and raise
+//! `slidegate_config_restart_pending`.
 //!
 //! [`APPLIED_LIVE`]: crate::config::reload::APPLIED_LIVE
 //! [`RESTART_ONLY`]: crate::config::reload::RESTART_ONLY
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::signal::unix::Signal;
 
 use super::App;
 use super::metrics::ReloadResult;
-use crate::config::reload::Reloader;
+use crate::config::reload::{Files, Reloader};
 
 /// The SIGHUP stream [`watch`] reads. A stream sees only the signals that
 /// come after it is made, so the binary makes it before it listens: a
@@ -56,16 +59,30 @@ pub async fn watch(
             }
         };
         let why = tokio::select! {
-            _ = hangup_received => "SIGHUP",
+            _ = hangup_received => Why::Hangup,
             _ = tick => {
                 if !reloader.changed() {
                     continue;
                 }
-                "file changed"
+                Why::FileChanged
             }
             () = &mut shutdown => return,
         };
-        reload_once(&app, &mut reloader, why);
+        let files = tokio::select! {
+            files = held_still(&reloader, why.looks()) => files,
+            () = &mut shutdown => return,
+        };
+        match (files, why) {
+            (Some(files), why) => reload_from(&app, &mut reloader, files, why.as_str()),
+            (None, Why::FileChanged) => {
+                tracing::debug!("the file is being written: read again at the next tick");
+            }
+            (None, Why::Hangup) => {
+                let file = file_of(&reloader);
+                tracing::error!(%file, reason = why.as_str(), "configuration NOT reloaded: the file kept changing; keeping the running one (send SIGHUP again once it is written)");
+                app.metrics.reloaded(ReloadResult::failed, false);
+            }
+        }
         if reloader.watch() != every {
             every = reloader.watch();
             ticks = every.map(ticker);
@@ -73,7 +90,56 @@ pub async fn watch(
     }
 }
 
-fn ticker(period: std::time::Duration) -> tokio::time::Interval {
+/// How long a changed file must read the same before it is loaded.
+/// Editors and shell redirection truncate a file, then write it, maybe in
+/// several writes: a file read between them is a valid file with less in
+/// it. One that reads the same twice this far apart is taken as whole; a
+/// writer slower than that is met by what a reload may not take away
+/// (`config::reload::kept`: the token guard, every policy).
+const HOLD_STILL: Duration = Duration::from_millis(50);
+
+/// What set a reload off.
+#[derive(Clone, Copy)]
+enum Why {
+    Hangup,
+    FileChanged,
+}
+
+impl Why {
+    fn as_str(self) -> &'static str {
+        match self {
+            Why::Hangup => "SIGHUP",
+            Why::FileChanged => "file changed",
+        }
+    }
+
+    /// How many times to wait [`HOLD_STILL`] for the file to hold still. A
+    /// tick looks once: the next tick looks again. A SIGHUP is sent once,
+    /// and the watch may be off, so it waits for the writer to finish.
+    fn looks(self) -> u32 {
+        match self {
+            Why::Hangup => 20,
+            Why::FileChanged => 1,
+        }
+    }
+}
+
+/// The watched files, once they read the same twice [`HOLD_STILL`] apart,
+/// at most `looks` times; `None` while they keep changing.
+async fn held_still(reloader: &Reloader, looks: u32) -> Option<Files> {
+    let mut before = reloader.read();
+    for _ in 0..looks {
+        tokio::time::sleep(HOLD_STILL).await;
+        let now = reloader.read();
+        if now == before {
+            return Some(now);
+        }
+        before = now;
+    }
+    None
+}
+
+fn ticker(period: Duration) -> tokio::time::Interval {
     let mut ticks = tokio::time::interval(period);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticks
@@ -82,11 +148,21 @@ fn ticker(period: std::time::Duration) -> tokio::time::Interval {
 /// Load the file again and apply what can change live; what happened is
 /// logged and counted.
 pub fn reload_once(app: &App, reloader: &mut Reloader, why: &str) {
-    let file = reloader
+    let files = reloader.read();
+    reload_from(app, reloader, files, why);
+}
+
+fn file_of(reloader: &Reloader) -> String {
+    reloader
         .path()
-        .map_or_else(|| "(no file)".to_owned(), |path| path.display().to_string());
+        .map_or_else(|| "(no file)".to_owned(), |path| path.display().to_string())
+}
+
+/// [`reload_once`] from `files`, read before.
+fn reload_from(app: &App, reloader: &mut Reloader, files: Files, why: &str) {
+    let file = file_of(reloader);
     let admitted = reloader
-        .reload()
+        .reload_from(files)
         .map_err(|error| error.to_string())
         .and_then(|reloaded| {
             app.admits(&reloaded.config)
@@ -172,5 +248,51 @@ mod tests {
             "the SIGHUP was lost: {:?}",
             app.policy_names()
         );
+    }
+
+    /// A writer that truncates the file, writes part of it, and the rest a
+    /// moment later (an editor, a shell loop, a slow `cat >`): the watch
+    /// that ticks between the two writes must not put the part in force.
+    /// It is a valid file, with fewer policies. Time is tokio's, paused,
+    /// so the tick falls between the writes on every run.
+    #[tokio::test(start_paused = true)]
+    async fn a_file_caught_between_two_writes_is_applied_only_once_whole() {
+        let dir =
+            std::env::temp_dir().join(format!("slidegate-between-writes-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("slidegate.toml");
+        let text = |names: &[&str]| {
+            let policies: String = names
+                .iter()
+                .map(|name| {
+                    format!("[policies.{name}]\nlimits = [{{ limit = 5, window = \"1s\" }}]\n")
+                })
+                .collect();
+            format!("[reload]\nwatch_ms = 100\n{policies}")
+        };
+        std::fs::write(&file, text(&["a"])).unwrap();
+        let overrides = Overrides {
+            config: Some(file.clone()),
+            ..Overrides::default()
+        };
+        let config = Config::load(&overrides).unwrap();
+        let app = Arc::new(App::from_config(&config).await.unwrap());
+        let reloader = Reloader::new(overrides, config);
+        // Its first tick is now; the next ones every 100 ms from now.
+        tokio::spawn(watch(app.clone(), reloader, None, std::future::pending()));
+
+        let whole = text(&["a", "b", "c"]);
+        let (part, _) = whole.split_at(whole.find("[policies.c]").unwrap());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        std::fs::write(&file, part).unwrap();
+        // The tick at 100 ms has read the part; the rest comes at 120 ms.
+        tokio::time::sleep(Duration::from_millis(70)).await;
+        let between = app.policy_names();
+        std::fs::write(&file, &whole).unwrap();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let after = app.policy_names();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(between, ["a"], "the part was put in force");
+        assert_eq!(after, ["a", "b", "c"], "the whole file was not");
     }
 }

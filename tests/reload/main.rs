@@ -10,6 +10,7 @@
 mod common;
 
 mod max_counters;
+mod mid_write;
 mod policies;
 // Every optional part of the service has restart-only keys of its own.
 #[cfg(all(feature = "memcached", feature = "tls", feature = "grpc"))]

@@ -95,7 +95,10 @@ limits = [{{ limit = 1, window = "1h" }}]
     // What could apply did, on the old listener and store.
     assert_eq!(check(addr, "new").await.status, 200);
 
-    std::fs::write(&config, &running).unwrap();
+    // The policy stays: a reload may not take every policy away, and it
+    // is applied live anyway.
+    let policy = "[policies.new]\nlimits = [{ limit = 1, window = \"1h\" }]\n";
+    std::fs::write(&config, format!("{running}{policy}")).unwrap();
     hang_up(&daemon);
     reloaded(addr, 3.0).await;
     assert_eq!(
