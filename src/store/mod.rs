@@ -189,7 +189,7 @@ pub trait Store: Send + Sync + 'static {
 }
 
 /// Whether a store can decide, node by node.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Readiness {
     /// `Ok` while any node answers.
     pub result: Result<(), StoreError>,

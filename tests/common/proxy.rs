@@ -9,7 +9,7 @@
 //! delay every reply on the way out, as a stalling node would; cut every
 //! connection and let new ones in one at a time, as a node that comes back
 //! while a client's connections redial would; and it counts the
-//! connections its clients hold open.
+//! connections its clients hold open, and the meta no-ops (`mn`) they send.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -21,6 +21,7 @@ use tokio::sync::{Notify, watch};
 pub struct CountingProxy {
     pub addr: String,
     round_trips: Arc<AtomicU64>,
+    noops: Arc<AtomicU64>,
     hold: Arc<Hold>,
     gate: Arc<Gate>,
     links: Arc<Links>,
@@ -77,6 +78,8 @@ impl CountingProxy {
         let addr = listener.local_addr().unwrap().to_string();
         let round_trips = Arc::new(AtomicU64::new(0));
         let counter = round_trips.clone();
+        let noops = Arc::new(AtomicU64::new(0));
+        let noop_counter = noops.clone();
         let hold = Arc::new(Hold {
             holding: watch::Sender::new(false),
             arrived: Notify::new(),
@@ -115,7 +118,10 @@ impl CountingProxy {
                 tokio::spawn(relay(
                     client,
                     server,
-                    counter.clone(),
+                    Counters {
+                        round_trips: counter.clone(),
+                        noops: noop_counter.clone(),
+                    },
                     held.clone(),
                     cut,
                     link,
@@ -125,6 +131,7 @@ impl CountingProxy {
         CountingProxy {
             addr,
             round_trips,
+            noops,
             hold,
             gate,
             links,
@@ -171,6 +178,11 @@ impl CountingProxy {
         self.round_trips.load(Ordering::SeqCst)
     }
 
+    /// Meta no-ops (`mn`, what a readiness probe sends) clients sent.
+    pub fn noops(&self) -> u64 {
+        self.noops.load(Ordering::SeqCst)
+    }
+
     /// From now on, keep what clients send until [`release`](Self::release).
     pub fn hold(&self) {
         self.hold.holding.send_replace(true);
@@ -203,14 +215,44 @@ impl Drop for CountingProxy {
     }
 }
 
+/// What a relay counts, for the whole proxy.
+struct Counters {
+    round_trips: Arc<AtomicU64>,
+    noops: Arc<AtomicU64>,
+}
+
+/// The meta no-ops (`mn\r\n`) in a stream read in pieces: the last bytes
+/// of a piece are kept, so one cut across two pieces is counted once.
+#[derive(Default)]
+struct NoopsSeen {
+    tail: Vec<u8>,
+}
+
+impl NoopsSeen {
+    const NOOP: &[u8] = b"mn\r\n";
+
+    fn count(&mut self, piece: &[u8]) -> u64 {
+        let mut joined = std::mem::take(&mut self.tail);
+        joined.extend_from_slice(piece);
+        let found = joined
+            .windows(Self::NOOP.len())
+            .filter(|window| *window == Self::NOOP)
+            .count();
+        let keep = joined.len().saturating_sub(Self::NOOP.len() - 1);
+        self.tail = joined.split_off(keep);
+        found as u64
+    }
+}
+
 async fn relay(
     client: TcpStream,
     server: TcpStream,
-    round_trips: Arc<AtomicU64>,
+    counters: Counters,
     hold: Arc<Hold>,
     mut cut: watch::Receiver<u64>,
     link: OpenLink,
 ) {
+    let Counters { round_trips, noops } = counters;
     let links = link.0.clone();
     let (mut client_read, mut client_write) = client.into_split();
     let (mut server_read, mut server_write) = server.into_split();
@@ -218,11 +260,13 @@ async fn relay(
     let awaiting_answer = awaiting.clone();
     let upstream = async move {
         let mut buffer = vec![0u8; 64 * 1024];
+        let mut noops_seen = NoopsSeen::default();
         loop {
             let read = match client_read.read(&mut buffer).await {
                 Ok(0) | Err(_) => break,
                 Ok(read) => read,
             };
+            noops.fetch_add(noops_seen.count(&buffer[..read]), Ordering::SeqCst);
             if !awaiting.swap(true, Ordering::SeqCst) {
                 round_trips.fetch_add(1, Ordering::SeqCst);
             }

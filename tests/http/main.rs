@@ -12,6 +12,7 @@ mod bodies_and_statuses;
 mod connections;
 mod decisions;
 mod forward_auth;
+mod readiness;
 mod store_outage;
 
 use std::net::SocketAddr;

@@ -10,7 +10,7 @@
 //! | file | owns |
 //! |---|---|
 //! | `mod.rs` | the [`Store`] impl: a batch in, counts out; readiness node by node |
-//! | `readiness` | every node pinged at once: ready while any answers |
+//! | `readiness` | every node pinged at once: ready while any answers; one round in flight, its answer shared and reused while the connections stay as they were |
 //! | `options` | how to reach Memcached: servers or discovery, TLS, namespace, timeout, connections |
 //! | `topology` | the node list in use, swapped whole, and its snapshot for metrics and `/readyz` |
 //! | `conn` | multiplexed, pipelined connections: queue, reader, slots, and the overdue/stall/extra policy |
@@ -49,6 +49,7 @@ use crate::policy::{PLAIN_NAME_RULE, is_plain_name};
 pub use self::clock::MemcachedClock;
 pub use self::dial::TlsOptions;
 pub use self::options::{DEFAULT_QUEUE_DEPTH, MemcachedOptions};
+pub use self::readiness::READINESS_REUSE;
 pub use self::route::DigestRendezvous;
 pub(crate) use self::topology::{DiscoveryStatus, Topology, TopologyCell};
 pub use self::topology::{NodeSnapshot, TopologySnapshot, TopologySource};
@@ -57,6 +58,8 @@ pub struct MemcachedStore {
     cell: Arc<TopologyCell>,
     namespace: String,
     timeout: Duration,
+    /// `/readyz`'s rounds of pings, shared by every caller.
+    probes: Arc<readiness::Probes>,
     discovery: Option<(String, tokio::task::JoinHandle<()>)>,
 }
 
@@ -119,6 +122,7 @@ impl MemcachedStore {
             cell,
             namespace: options.namespace.clone(),
             timeout,
+            probes: Arc::default(),
             discovery,
         })
     }
@@ -341,10 +345,11 @@ impl Store for MemcachedStore {
         self.readiness().await.result
     }
 
-    /// Every node pinged at once; ready while any answers (see
+    /// Every node pinged at once; ready while any answers. Callers share
+    /// the pings, so a flood of them costs a bounded number (see
     /// `readiness.rs`).
     async fn readiness(&self) -> Readiness {
-        self.ping_every_node().await
+        self.shared_readiness().await
     }
 
     fn kind(&self) -> &'static str {
