@@ -128,10 +128,12 @@ async fn a_file_cut_before_its_tokens_keeps_the_guard(reload_by: ReloadBy) {
         daemon.log()
     );
     assert_eq!(call(addr, "POST", "/v1/check", true, NAMED).await, 200);
-    assert_eq!(
-        metric(addr, "slidegate_config_reloads_total{result=\"failed\"}").await,
-        Some(1.0),
-        "{reload_by:?}: the refusal is counted"
+    // At least once: a watch that caught the file empty, between its
+    // truncation and its write, refused that too.
+    let failed = metric(addr, "slidegate_config_reloads_total{result=\"failed\"}").await;
+    assert!(
+        failed.is_some_and(|failed| failed >= 1.0),
+        "{reload_by:?}: the refusal is counted: {failed:?}"
     );
     let log = daemon.log();
     assert!(
