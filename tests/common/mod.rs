@@ -78,6 +78,29 @@ impl Memcached {
         }
     }
 
+    /// Freeze the server (SIGSTOP), as a host that stops scheduling it
+    /// would: its sockets still accept and buffer what is sent, and it
+    /// applies all of it once resumed. Killed when dropped all the same.
+    pub fn pause(&self) {
+        self.signal(libc::SIGSTOP);
+    }
+
+    /// Let a paused server run again (SIGCONT).
+    pub fn resume(&self) {
+        self.signal(libc::SIGCONT);
+    }
+
+    fn signal(&self, signal: libc::c_int) {
+        let child = self.child.as_ref().expect("memcached is not running");
+        let pid = libc::pid_t::try_from(child.id()).expect("a pid fits pid_t");
+        // SAFETY: a signal to the child this harness started and still holds.
+        assert_eq!(
+            unsafe { libc::kill(pid, signal) },
+            0,
+            "kill({pid}, {signal})"
+        );
+    }
+
     /// Start it again on the same port, empty.
     pub fn restart(&mut self) {
         self.kill();

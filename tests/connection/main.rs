@@ -1,8 +1,9 @@
 //! The multiplexed connection under faults, against real memcached
-//! processes: killed mid-stream, a listener that never answers, a proxy
-//! that delays replies, and thousands of callers that give up at random.
-//! Whatever happens, calls come back, the stream stays in step, and
-//! memcached ends up counting exactly what callers were told was counted.
+//! processes: killed mid-stream, frozen (SIGSTOP) past the stall bound, a
+//! listener that never answers, a proxy that delays replies, and thousands
+//! of callers that give up at random. Whatever happens, calls come back,
+//! the stream stays in step, and memcached ends up counting exactly what
+//! callers were told was counted.
 //!
 //! This file holds the store, the policy and the reads of memcached's
 //! counts that the tests share; the tests are in the modules below, by the
@@ -11,6 +12,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod frozen;
 mod many_callers;
 mod stalls;
 mod take_backs;
