@@ -244,7 +244,8 @@ impl prometheus_client::collector::Collector for TopologyCollector {
         let mut states = encoder.encode_descriptor(
             "slidegate_store_connections",
             "Connections per Memcached node by state: ready, overdue (a reply later than the call \
-             timeout: it takes no new requests), down (being dialled).",
+             timeout: it takes no new requests), down (being dialled), draining (given up as \
+             stalled, still reading its late replies to take back what they added).",
             None,
             MetricType::Gauge,
         )?;
@@ -254,6 +255,7 @@ impl prometheus_client::collector::Collector for TopologyCollector {
                 ("ready", counts.ready),
                 ("overdue", counts.overdue),
                 ("down", counts.down),
+                ("draining", counts.draining),
             ] {
                 gauge(count).encode(
                     states.encode_family(&[("node", node.name.as_str()), ("state", state)])?,
@@ -274,6 +276,38 @@ impl prometheus_client::collector::Collector for TopologyCollector {
                     redials.encode_family(&[("node", node.name.as_str()), ("reason", *reason)])?,
                 )?;
             }
+        }
+        let mut owed = encoder.encode_descriptor(
+            "slidegate_store_draining_requests",
+            "Requests written on draining connections whose replies have not come yet.",
+            None,
+            MetricType::Gauge,
+        )?;
+        for node in &snapshot.nodes {
+            gauge(node.states.draining_owed)
+                .encode(owed.encode_family(&[("node", node.name.as_str())])?)?;
+        }
+        let mut late = encoder.encode_descriptor(
+            "slidegate_store_late_take_backs",
+            "Counted requests taken back from a reply that came after their connection was given \
+             up as stalled: nobody was told they counted.",
+            None,
+            MetricType::Counter,
+        )?;
+        for node in &snapshot.nodes {
+            ConstCounter::new(node.late_take_backs)
+                .encode(late.encode_family(&[("node", node.name.as_str())])?)?;
+        }
+        let mut lost = encoder.encode_descriptor(
+            "slidegate_store_lost_replies",
+            "Counted requests whose reply never came (their connection failed, or its drain ran \
+             out): what they added, if applied, stays counted until its bucket expires.",
+            None,
+            MetricType::Counter,
+        )?;
+        for node in &snapshot.nodes {
+            ConstCounter::new(node.lost_replies)
+                .encode(lost.encode_family(&[("node", node.name.as_str())])?)?;
         }
         Ok(())
     }

@@ -11,9 +11,9 @@
 //! |---|---|
 //! | `mod.rs` | the [`Store`] impl: a batch in, counts out; readiness node by node |
 //! | `readiness` | every node pinged at once: ready while any answers; one round in flight, its answer shared and reused while the connections stay as they were |
-//! | `options` | how to reach Memcached: servers or discovery, TLS, namespace, timeout, connections |
+//! | `options` | how to reach Memcached: servers or discovery, TLS, namespace, timeout, drain bound, connections |
 //! | `topology` | the node list in use, swapped whole, and its snapshot for metrics and `/readyz` |
-//! | `conn` | multiplexed, pipelined connections: queue, reader, slots, and the overdue/stall/extra policy |
+//! | `conn` | multiplexed, pipelined connections: queue, reader, slots, the drain of a stalled one, and the overdue/stall/extra policy |
 //! | `dial` | plain TCP or TLS (rustls) connections |
 //! | [`discovery`] | ElastiCache Auto Discovery: `config get cluster`, polled |
 //! | [`wire`] | keys, meta commands and replies as bytes, no I/O |
@@ -48,7 +48,7 @@ use crate::policy::{PLAIN_NAME_RULE, is_plain_name};
 
 pub use self::clock::MemcachedClock;
 pub use self::dial::TlsOptions;
-pub use self::options::{DEFAULT_QUEUE_DEPTH, MemcachedOptions};
+pub use self::options::{DEFAULT_DRAIN_TIMEOUT, DEFAULT_QUEUE_DEPTH, MemcachedOptions};
 pub use self::readiness::READINESS_REUSE;
 pub use self::route::DigestRendezvous;
 pub(crate) use self::topology::{DiscoveryStatus, Topology, TopologyCell};
@@ -97,6 +97,7 @@ impl MemcachedStore {
             queue_depth: options.queue_depth.max(1),
             overdue_after: timeout,
             stall_timeout: (timeout * 20).max(Duration::from_secs(1)),
+            drain_timeout: options.drain_timeout.min(crate::store::MAX_TIMEOUT),
         });
         let topology = match &options.discovery {
             Some(_) => Topology::empty(),

@@ -9,6 +9,11 @@ use crate::store::{DEFAULT_CONNECTIONS, DEFAULT_DISCOVERY_INTERVAL};
 /// Requests that may wait for one connection before calls fail at once.
 pub const DEFAULT_QUEUE_DEPTH: usize = 4096;
 
+/// How long a connection given up as stalled still reads its late replies
+/// when nothing else is set: a node frozen this long (stopped, swapping, a
+/// paused VM) still has the additions it applied for nobody taken back.
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// How to reach Memcached.
 #[derive(Clone, Debug)]
 pub struct MemcachedOptions {
@@ -28,9 +33,16 @@ pub struct MemcachedOptions {
     /// The limiter's bound on each call. The store uses it for `ping`; a
     /// connection whose oldest reply is later than it is overdue and takes
     /// no new requests; and one 20 times as late (at least a second) is
-    /// dropped as stalled. Held within 1 ms and an hour
+    /// given up as stalled. Held within 1 ms and an hour
     /// ([`bounded_timeout`](crate::store::bounded_timeout)).
     pub timeout: Duration,
+    /// How long a connection given up as stalled, that owes an addition,
+    /// still reads its late replies, so that what a frozen node applies
+    /// once it runs again, for callers told it was not counted, is taken
+    /// back. Past it the connection closes, and what it still owes stays
+    /// counted if it was applied (erring towards refusing). Zero closes a
+    /// stalled connection at once. Held to an hour.
+    pub drain_timeout: Duration,
     /// Multiplexed connections per server. Each carries any number of
     /// concurrent requests, so a few are enough. While every one of a
     /// node's connections is overdue, up to as many extra ones are dialled.
@@ -50,6 +62,7 @@ impl Default for MemcachedOptions {
             tls: None,
             namespace: "sg".to_owned(),
             timeout: Duration::from_millis(50),
+            drain_timeout: DEFAULT_DRAIN_TIMEOUT,
             connections: DEFAULT_CONNECTIONS,
             queue_depth: DEFAULT_QUEUE_DEPTH,
         }

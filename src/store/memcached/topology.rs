@@ -125,7 +125,8 @@ impl TopologyCell {
 
     /// Use `topology` from now on. A node it no longer has is kept until
     /// it owes nothing (see [`Node::keep_until_it_owes_nothing`]), at most
-    /// until a reply would count as stalled, and a little more.
+    /// until a reply would count as stalled and its connection's drain
+    /// ran out, and a little more.
     pub(super) fn store(&self, topology: Topology) {
         let left: Vec<Arc<Node>> = self
             .current
@@ -136,7 +137,8 @@ impl TopologyCell {
             .cloned()
             .collect();
         self.current.store(Arc::new(topology));
-        let within = self.settings.stall_timeout + Duration::from_secs(1);
+        let within =
+            self.settings.stall_timeout + self.settings.drain_timeout + Duration::from_secs(1);
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             for node in left {
                 runtime.spawn(node.keep_until_it_owes_nothing(within));
@@ -178,16 +180,22 @@ pub struct NodeSnapshot {
     pub name: String,
     /// Where its connections are dialled (the address discovery gave).
     pub addr: String,
-    /// Its connections by state (ready, overdue, down).
+    /// Its connections by state (ready, overdue, down, draining).
     pub states: ConnectionStates,
     /// Its redials by reason (`failed`, `stalled`, `overdue`, `moved`).
     pub redials: Vec<(&'static str, u64)>,
+    /// Counted requests taken back from a reply that came after their
+    /// connection was given up as stalled.
+    pub late_take_backs: u64,
+    /// Counted requests whose reply never came, their connection ended
+    /// first: what they added, if applied, stays counted.
+    pub lost_replies: u64,
 }
 
 impl NodeSnapshot {
-    /// Connections up now, ready or overdue.
+    /// Connections open now: ready, overdue, or draining.
     pub fn live(&self) -> usize {
-        self.states.ready + self.states.overdue
+        self.states.ready + self.states.overdue + self.states.draining
     }
 }
 
@@ -218,6 +226,8 @@ impl TopologySource {
                     addr: node.target().addr.clone(),
                     states: node.connection_states(),
                     redials: node.redials().to_vec(),
+                    late_take_backs: node.late_replies().taken_back(),
+                    lost_replies: node.late_replies().lost(),
                 })
                 .collect(),
             version: topology.version,

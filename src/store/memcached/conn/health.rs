@@ -13,7 +13,9 @@
 //!   the new requests; with none left to dial, a request fails at once,
 //!   and the failure mode decides without waiting out a timeout;
 //! - an overdue connection whose late replies all arrive is ready again;
-//!   one whose oldest reply is later than the stall bound is dropped;
+//!   one whose oldest reply is later than the stall bound is given up
+//!   (see [`give_up`]): a write it holds may yet be applied, and its
+//!   reply is what tells whether to take it back;
 //! - an extra closes once the node has its configured number of ready
 //!   connections besides it.
 
@@ -54,7 +56,7 @@ pub enum State {
     /// Up, but its oldest unanswered request is older than the call timeout.
     Overdue,
     /// Up, but its oldest unanswered request is older than the stall bound:
-    /// to be dropped.
+    /// to be given up.
     Stalled,
     /// Not connected.
     Down,
@@ -65,7 +67,7 @@ pub enum State {
 pub struct Bounds {
     /// The call timeout: older than this, a reply is overdue.
     pub overdue_after_us: u64,
-    /// Older than this, a reply is given up and its connection dropped.
+    /// Older than this, a reply is late enough to give its connection up.
     pub stall_after_us: u64,
 }
 
@@ -187,6 +189,36 @@ pub fn extra_may_close(views: &[View], me: usize, configured: usize) -> bool {
         .filter(|&(index, view)| index != me && view.ready())
         .count();
     ready_others >= configured
+}
+
+/// What becomes of a connection found stalled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GiveUp {
+    /// Closed, and its slot dialled again; what it owes fails. Nothing
+    /// it owes could need taking back, or draining is off.
+    Close,
+    /// Drained: it takes no more writes but reads on, so that a late reply
+    /// showing an addition applied gets it taken back, until it owes
+    /// nothing or the drain bound passes; its slot dials a replacement.
+    Drain,
+    /// Kept as it is, reading on and taking no new request while it is
+    /// stalled: its slot already drains a connection, and draining this
+    /// one too would take a third. It is given up once that drain ends,
+    /// or ready again once its late replies come.
+    Keep,
+}
+
+/// How a stalled connection is given up. A write whose reply is late may
+/// still be applied (a frozen node applies what it buffered once it runs
+/// again); only the reply can tell, so a connection that owes an addition
+/// is kept reading, while its slot holds at most one connection draining
+/// beside the one it serves with.
+pub fn give_up(owes_an_addition: bool, drains_allowed: bool, slot_drains: bool) -> GiveUp {
+    match (owes_an_addition && drains_allowed, slot_drains) {
+        (false, _) => GiveUp::Close,
+        (true, false) => GiveUp::Drain,
+        (true, true) => GiveUp::Keep,
+    }
 }
 
 /// How long a condition has held, so an extra connection closes only once

@@ -15,8 +15,9 @@
 //! | [`writer`] | the writer and the batching of writes |
 //! | [`sweep`] | the deadline sweep: a request whose caller's time is up is answered, queued or written |
 //! | [`reader`] | the reader and its FIFO of written requests; answers, and the take-back of a caller already gone |
-//! | [`health`] | the pure policy: overdue, stalled, extra connections, which slot takes a request |
-//! | `status` | what routing reads lock-free: each slot's phase and oldest unanswered write, the node's clock and redials |
+//! | [`drain`] | a connection given up as stalled, read on for its late replies until it owes nothing or its bound passes |
+//! | [`health`] | the pure policy: overdue, stalled and how it is given up, extra connections, which slot takes a request |
+//! | `status` | what routing reads lock-free: each slot's phase, oldest unanswered write and drain, the node's clock, redials and late replies |
 //! | [`unclaimed`] | a counted request's wait, which takes its additions back if its caller gives up |
 //!
 //! The stream stays in step whatever the callers do:
@@ -31,10 +32,18 @@
 //!   counts only what a caller was told was counted;
 //! - every command carries an opaque token that the reply must echo, so a
 //!   reply can never be paired with the wrong command;
-//! - a parse error, EOF, a write error, or a reply overdue beyond the stall
-//!   bound drops the connection: everything pending on it fails as a
-//!   transient store error (never retried: a lost increment's outcome is
-//!   unknown), and the connection is dialled again with backoff.
+//! - a parse error, EOF or a write error drops the connection: everything
+//!   pending on it fails as a transient store error (never retried: a lost
+//!   increment's outcome is unknown, and is never subtracted either), and
+//!   the connection is dialled again with backoff;
+//! - a reply overdue beyond the stall bound gives the connection up: its
+//!   callers still waiting are told so, as if it had dropped, and another
+//!   connection is dialled for the slot; but if it owes an addition it
+//!   keeps reading (it *drains*, see [`drain`]), since a frozen node
+//!   applies what it buffered once it runs again, and only the reply can
+//!   tell that an addition nobody was told of must be taken back. A slot
+//!   drains one connection at a time, so a node has at most two
+//!   connections per slot.
 //!
 //! And a slow stretch ends with it: a connection whose oldest reply is late
 //! beyond the call timeout takes no new requests (they would only time out
@@ -42,6 +51,7 @@
 //! extra one dialled for them, and the overdue one takes requests again
 //! once its late replies are in (see [`health`]).
 
+mod drain;
 mod health;
 mod queue;
 mod reader;
@@ -69,7 +79,7 @@ use super::wire::{Command, Reply};
 use crate::store::{CallDeadline, StoreError};
 
 pub use self::queue::Delivery;
-pub use self::status::{ConnectionStates, Redial, Redials};
+pub use self::status::{ConnectionStates, LateReplies, Redial, Redials};
 use self::status::{NodeClock, NodeStatus, SlotStatus};
 pub use self::unclaimed::Additions;
 
@@ -95,8 +105,12 @@ pub struct Settings {
     /// The call timeout: a connection whose oldest reply is later than this
     /// is overdue and takes no new requests.
     pub overdue_after: Duration,
-    /// A reply this late drops the connection.
+    /// A reply this late gives the connection up.
     pub stall_timeout: Duration,
+    /// How long a connection given up as stalled still reads its late
+    /// replies, to take back what they report added for nobody; zero: it
+    /// is closed at once, and what it owes is lost.
+    pub drain_timeout: Duration,
 }
 
 /// Where a node is: the address to dial and, over TLS, the name its
@@ -129,24 +143,26 @@ impl Drop for Node {
 impl Node {
     /// Start the connections to `target`, until the node is dropped.
     pub fn spawn(target: Target, settings: Arc<Settings>, dialer: Arc<Dialer>) -> Node {
-        Node::spawn_counting(target, settings, dialer, Arc::default())
+        Node::spawn_counting(target, settings, dialer, Default::default())
     }
 
     /// The same node at a new address (ElastiCache replaced it): its
-    /// redials are carried over, each connection counted as moved.
+    /// redials and late replies are carried over, each connection counted
+    /// as moved.
     pub fn moved(&self, target: Target, settings: Arc<Settings>, dialer: Arc<Dialer>) -> Node {
         let redials = self.status.redials.clone();
         for _ in 0..self.status.configured {
             redials.count(Redial::Moved);
         }
-        Node::spawn_counting(target, settings, dialer, redials)
+        let late_replies = self.status.late_replies.clone();
+        Node::spawn_counting(target, settings, dialer, (redials, late_replies))
     }
 
     fn spawn_counting(
         target: Target,
         settings: Arc<Settings>,
         dialer: Arc<Dialer>,
-        redials: Arc<Redials>,
+        (redials, late_replies): (Arc<Redials>, Arc<LateReplies>),
     ) -> Node {
         let configured = settings.connections.max(1);
         let slots: Box<[Arc<SlotStatus>]> = (0..2 * configured)
@@ -161,6 +177,7 @@ impl Node {
             },
             clock: NodeClock(Instant::now()),
             redials,
+            late_replies,
         });
         let queues: Box<[Arc<Queue>]> = (0..2 * configured)
             .map(|_| Arc::new(Queue::new(settings.queue_depth)))
@@ -206,23 +223,33 @@ impl Node {
                 None => {}
             }
         }
+        for slot in self.status.slots.iter().filter(|slot| slot.draining()) {
+            states.draining += 1;
+            states.draining_owed += slot.draining_owed();
+        }
         states
+    }
+
+    /// What became of the replies of its connections given up as stalled.
+    pub fn late_replies(&self) -> &LateReplies {
+        &self.status.late_replies
     }
 
     pub fn redials(&self) -> [(&'static str, u64); Redial::ALL.len()] {
         self.status.redials.by_reason()
     }
 
-    /// Whether the node has nothing queued and no write unanswered: a
-    /// reply still to come may carry a take-back (its caller gave up), and
-    /// a take-back may be queued; either needs the connection open.
+    /// Whether the node has nothing queued and no write unanswered, a
+    /// draining connection's included: a reply still to come may carry a
+    /// take-back (its caller gave up), and a take-back may be queued;
+    /// either needs the connections open.
     fn owes_nothing(&self) -> bool {
         self.queues.iter().all(|queue| queue.is_empty())
             && self
                 .status
                 .slots
                 .iter()
-                .all(|slot| slot.oldest_unanswered().is_none())
+                .all(|slot| slot.oldest_unanswered().is_none() && !slot.draining())
     }
 
     /// Keep a node that left the topology until it owes nothing, at most

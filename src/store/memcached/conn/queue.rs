@@ -199,6 +199,11 @@ impl Queue {
         self.lock().requests.is_empty()
     }
 
+    /// The node was dropped: nothing queued from now on is sent.
+    pub(super) fn is_closed(&self) -> bool {
+        self.lock().closed
+    }
+
     /// The node was dropped: refuse what comes next, and wake whoever
     /// waits so the slot ends once what is queued is written.
     pub(super) fn close(&self) {

@@ -1,10 +1,12 @@
 //! The reader of one connection, and the FIFO of written requests it
 //! answers: replies parsed in order, each paired with the oldest command
 //! still waiting (checked by its opaque token), and handed to its caller.
-//! An addition whose caller stopped waiting is taken back.
+//! An addition whose caller stopped waiting is taken back, however late
+//! its reply: a connection given up as stalled keeps its reader (see
+//! `drain`).
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::io::{AsyncRead, AsyncReadExt};
@@ -12,7 +14,7 @@ use tokio::sync::oneshot;
 
 use super::queue::{Delivery, Queue, Request};
 use super::signal::Signal;
-use super::{Commands, Replies, SlotStatus};
+use super::{Commands, LateReplies, Replies, SlotStatus};
 use crate::store::memcached::wire::{self, Command, Reply};
 use crate::store::{CounterKey, StoreError};
 
@@ -44,20 +46,49 @@ pub(super) struct InFlight {
     pub written_us: u64,
     /// The last request of its write: its replies end that write.
     pub ends_write: bool,
+    /// Its connection was found stalled while it waited: a take-back of
+    /// its reply is a late one.
+    pub given_up: bool,
 }
 
-/// Fail a written request whose replies will never come: its additions
-/// may or may not have happened.
-pub(super) fn fail_written(entry: InFlight, why: &str) {
-    let unknown = entry.request.commands.iter().any(Command::changes_state);
-    let error = if unknown {
+impl InFlight {
+    /// Whether its reply decides a take-back: it adds, and asked for it.
+    pub fn counts(&self) -> bool {
+        self.request.delivery == Delivery::UndoIfUnclaimed
+            && self
+                .request
+                .commands
+                .iter()
+                .any(|command| command.addition().is_some())
+    }
+
+    /// Its connection was found stalled: a caller still waiting is told
+    /// so, as if the connection had ended, and its replies, when they
+    /// come, are read and dropped, what they report added taken back.
+    pub fn give_up(&mut self, why: &str) {
+        self.given_up = true;
+        if let Some(reply) = self.request.reply.take() {
+            let _ = reply.send(Err(unanswered(&self.request, why)));
+        }
+    }
+}
+
+/// Why a written request has no answer: ambiguous if it changes counts,
+/// since it may have happened.
+fn unanswered(request: &Request, why: &str) -> StoreError {
+    if request.commands.iter().any(Command::changes_state) {
         StoreError::Ambiguous(why.to_owned())
     } else {
         StoreError::Unreachable(why.to_owned())
-    };
-    if let Some(reply) = entry.request.reply {
-        let _ = reply.send(Err(error));
     }
+}
+
+/// Fail a written request whose replies will never come: its additions
+/// may or may not have happened. True for a counted request, whose
+/// additions, if applied, stay counted.
+pub(super) fn fail_written(mut entry: InFlight, why: &str) -> bool {
+    entry.give_up(why);
+    entry.counts()
 }
 
 /// What the writer and the reader of one live connection share: the
@@ -67,6 +98,11 @@ pub(super) fn fail_written(entry: InFlight, why: &str) {
 pub(super) struct Shared {
     in_flight: Mutex<VecDeque<InFlight>>,
     slot: Arc<SlotStatus>,
+    /// Given up and draining: the slot serves with another connection, so
+    /// this one publishes only what it still owes.
+    draining: AtomicBool,
+    /// Where a late take-back is counted.
+    pub late_replies: Arc<LateReplies>,
     /// Writes whose replies have not all come back.
     pub writes_out: AtomicUsize,
     /// Raised by the reader each time a write's replies are complete.
@@ -77,10 +113,12 @@ pub(super) struct Shared {
     pub retire: Signal,
 }
 
-/// The FIFO, locked; publishes the oldest entry's age when released.
+/// The FIFO, locked; publishes the oldest entry's age when released, or
+/// while draining, how many entries are left.
 pub(super) struct Fifo<'a> {
     entries: MutexGuard<'a, VecDeque<InFlight>>,
     slot: &'a SlotStatus,
+    draining: bool,
 }
 
 impl std::ops::Deref for Fifo<'_> {
@@ -98,16 +136,22 @@ impl std::ops::DerefMut for Fifo<'_> {
 
 impl Drop for Fifo<'_> {
     fn drop(&mut self) {
-        self.slot
-            .set_oldest_unanswered(self.entries.front().map(|entry| entry.written_us));
+        if self.draining {
+            self.slot.set_draining_owed(self.entries.len());
+        } else {
+            self.slot
+                .set_oldest_unanswered(self.entries.front().map(|entry| entry.written_us));
+        }
     }
 }
 
 impl Shared {
-    pub fn new(slot: Arc<SlotStatus>) -> Shared {
+    pub fn new(slot: Arc<SlotStatus>, late_replies: Arc<LateReplies>) -> Shared {
         Shared {
             in_flight: Mutex::new(VecDeque::new()),
             slot,
+            draining: AtomicBool::new(false),
+            late_replies,
             writes_out: AtomicUsize::new(0),
             write_answered: Signal::default(),
             retire: Signal::default(),
@@ -117,13 +161,38 @@ impl Shared {
     pub fn in_flight(&self) -> Fifo<'_> {
         // Nothing panics while holding the lock; if something did, the
         // queue is still a queue.
+        let entries = self
+            .in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         Fifo {
-            entries: self
-                .in_flight
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner),
+            entries,
             slot: &self.slot,
+            // Read under the lock: a FIFO locked after `start_draining`
+            // publishes only what is owed.
+            draining: self.draining.load(Ordering::Acquire),
         }
+    }
+
+    /// From now on the slot serves with another connection: this one
+    /// publishes what it owes instead of its oldest write, which would
+    /// read as the slot's. The flag is set before the lock is taken: a
+    /// FIFO locked later sees it, and one locked earlier published its
+    /// oldest write before the clear below.
+    pub fn start_draining(&self, why: &str) {
+        self.draining.store(true, Ordering::Release);
+        let mut fifo = self.in_flight();
+        for entry in fifo.iter_mut() {
+            entry.give_up(why);
+        }
+        self.slot.set_draining(Some(fifo.len()));
+        self.slot.set_oldest_unanswered(None);
+    }
+
+    /// The drain is over, and the connection closed: its slot may drain
+    /// another.
+    pub fn stop_draining(&self) {
+        self.slot.set_draining(None);
     }
 }
 
@@ -141,8 +210,10 @@ pub(super) async fn read_loop<R: AsyncRead + Unpin>(
     loop {
         let parsed = take_replies(&shared, &buffer[start..], &mut partial, &mut done);
         for (entry, replies) in done.drain(..) {
-            let ends_write = entry.ends_write;
-            complete(entry, replies, &requeue);
+            let (ends_write, late) = (entry.ends_write, entry.given_up);
+            if complete(entry, replies, &requeue) && late {
+                shared.late_replies.count_taken_back();
+            }
             // Only now may the next write go: with the take-backs this
             // answer owes in it, not left queued behind it.
             if ends_write {
@@ -232,18 +303,20 @@ fn check_pairing(
 /// time ran out (see `sweep`), and the request asked for it, the
 /// additions that were applied are taken back: nobody was told they were
 /// counted. (A caller that goes after the replies reached it takes them
-/// back itself: see `Node::call_counted`.)
-fn complete(entry: InFlight, replies: Replies, requeue: &Queue) {
+/// back itself: see `Node::call_counted`.) True when a take-back was
+/// queued.
+fn complete(entry: InFlight, replies: Replies, requeue: &Queue) -> bool {
     let replies = match entry.request.reply {
-        // Answered by the sweep: its caller was told it ran out.
+        // Answered by the sweep, or when its connection was given up: its
+        // caller was told it has no count.
         None => replies,
         Some(reply) => match reply.send(Ok(replies)) {
-            Ok(()) | Err(Err(_)) => return,
+            Ok(()) | Err(Err(_)) => return false,
             Err(Ok(unclaimed)) => unclaimed,
         },
     };
     if entry.request.delivery != Delivery::UndoIfUnclaimed {
-        return;
+        return false;
     }
     let pairs = entry
         .request
@@ -251,9 +324,11 @@ fn complete(entry: InFlight, replies: Replies, requeue: &Queue) {
         .iter()
         .map(Command::addition)
         .zip(&replies);
-    if let Some(take_back) = take_back_of(pairs) {
-        requeue.push_owed(take_back);
-    }
+    let Some(take_back) = take_back_of(pairs) else {
+        return false;
+    };
+    requeue.push_owed(take_back);
+    true
 }
 
 #[cfg(test)]

@@ -1,7 +1,9 @@
 //! One connection slot of a node, over its life: dialled, served until
 //! the connection ends (a failure, a stall, or an extra no longer
 //! needed), what was pending failed, and dialled again: with backoff for
-//! a configured slot, on the next request for an extra one.
+//! a configured slot, on the next request for an extra one. A connection
+//! given up as stalled that owes an addition is drained instead of
+//! failed (see `drain`), beside the slot's next connection.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -9,9 +11,10 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::oneshot;
 
-use super::health::{self, Calm, Phase, State};
+use super::drain::{self, GivenUp};
+use super::health::{self, Calm, GiveUp, Phase, State};
 use super::queue::{Contents, Queue};
-use super::reader::{Shared, fail_written, read_loop};
+use super::reader::{InFlight, Shared, fail_written, read_loop};
 use super::signal::Waiting;
 use super::sweep::Sweeper;
 use super::writer::{WriterEnd, write_loop};
@@ -46,7 +49,7 @@ pub(super) struct Slot {
 }
 
 impl Slot {
-    fn status(&self) -> &Arc<SlotStatus> {
+    pub(super) fn status(&self) -> &Arc<SlotStatus> {
         &self.node.slots[self.index]
     }
 
@@ -71,10 +74,23 @@ impl Slot {
     fn watch(&self, shared: &Shared, calm: &mut Calm) -> Option<Ended> {
         let views = self.node.views();
         let me = views[self.index];
-        if me.state == Some(State::Stalled) {
-            return Some(Ended::Stalled(self.settings.stall_timeout));
-        }
         let status = self.status();
+        if me.state == Some(State::Stalled) {
+            let bound = self.settings.stall_timeout;
+            let owes_an_addition = shared.in_flight().iter().any(InFlight::counts);
+            let drains_allowed = !self.settings.drain_timeout.is_zero();
+            let verdict = health::give_up(owes_an_addition, drains_allowed, status.draining());
+            if verdict == GiveUp::Keep {
+                // Nobody waits on it any more than on a drained one.
+                let why = format!("no reply within {bound:?}");
+                for entry in shared.in_flight().iter_mut() {
+                    entry.give_up(&why);
+                }
+            } else {
+                let drained = verdict == GiveUp::Drain;
+                return Some(Ended::Stalled { bound, drained });
+            }
+        }
         let closable = status.extra
             && me.phase == Phase::Up
             && health::extra_may_close(&views, self.index, self.node.configured);
@@ -94,7 +110,12 @@ impl Slot {
 /// Why a connection ended.
 enum Ended {
     Failed(String),
-    Stalled(Duration),
+    /// No reply within `bound`; `drained`: it was given up for new
+    /// requests, and reads on (see `drain`).
+    Stalled {
+        bound: Duration,
+        drained: bool,
+    },
     /// An extra that was no longer needed.
     Retired,
 }
@@ -103,7 +124,15 @@ impl Ended {
     fn redial(&self) -> Redial {
         match self {
             Ended::Failed(_) | Ended::Retired => Redial::Failed,
-            Ended::Stalled(_) => Redial::Stalled,
+            Ended::Stalled { .. } => Redial::Stalled,
+        }
+    }
+
+    fn log(&self, addr: &str) {
+        if let Ended::Stalled { drained: true, .. } = self {
+            tracing::warn!(%addr, reason = %self, "memcached connection stalled: given up for new requests, its late replies still read");
+        } else {
+            tracing::warn!(%addr, reason = %self, "memcached connection dropped; pending requests failed");
         }
     }
 }
@@ -112,7 +141,7 @@ impl std::fmt::Display for Ended {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Ended::Failed(why) => f.write_str(why),
-            Ended::Stalled(bound) => write!(f, "no reply within {bound:?}"),
+            Ended::Stalled { bound, .. } => write!(f, "no reply within {bound:?}"),
             Ended::Retired => f.write_str("an extra connection no longer needed"),
         }
     }
@@ -142,7 +171,7 @@ pub(super) async fn supervise(slot: Slot) {
         let Some(ended) = serve(stream, &slot, &mut sweeper).await else {
             return;
         };
-        tracing::warn!(%addr, reason = %ended, "memcached connection dropped; pending requests failed");
+        ended.log(addr);
         if connected_at.elapsed() > HEALTHY_AFTER {
             backoff = BACKOFF_FIRST;
         }
@@ -190,7 +219,7 @@ pub(super) async fn supervise_extra(slot: Slot) {
         status.set_phase(Phase::Idle);
         match ended {
             Ended::Retired => tracing::debug!(%addr, "extra connection closed"),
-            ended => tracing::warn!(%addr, reason = %ended, "extra memcached connection dropped"),
+            ended => ended.log(addr),
         }
     }
 }
@@ -249,7 +278,10 @@ where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let shared = Arc::new(Shared::new(slot.status().clone()));
+    let shared = Arc::new(Shared::new(
+        slot.status().clone(),
+        slot.node.late_replies.clone(),
+    ));
     // One stop for each task: a oneshot is polled with an atomic load,
     // where a watch's `changed()`, made anew at every turn of the loops,
     // took its notifier's lock twice (1,570 instructions a check at four
@@ -287,17 +319,36 @@ where
                 Ok(Ok(())) => "stopped".to_owned(),
                 Err(error) => format!("reader task failed: {error}"),
             })),
-            end = &mut writer => break First::Writer(end),
+            end = &mut writer => break First::Writer(end.map(|(end, _)| end)),
             _ = watchdog.tick() => if let Some(ended) = slot.watch(&shared, &mut calm) {
                 break First::Watchdog(ended);
             },
             () = sweeper.due(&slot.queue) => sweeper.sweep(&slot.queue, Some(&shared)),
         }
     };
-    let _ = stop_reader.send(());
     let _ = stop_writer.send(());
+    let first_end = match first_end {
+        First::Watchdog(ended @ Ended::Stalled { drained: true, .. }) => {
+            match (&mut writer).await {
+                Ok((end, write)) => {
+                    let why = ended.to_string();
+                    let given_up = GivenUp {
+                        reader,
+                        stop_reader,
+                        write,
+                        shared,
+                    };
+                    drain::start(given_up, slot, &why);
+                    return (!end.node_dropped).then_some(ended);
+                }
+                Err(error) => First::Writer(Err(error)),
+            }
+        }
+        other => other,
+    };
+    let _ = stop_reader.send(());
     let (ended, writer_end) = match first_end {
-        First::Reader(ended) => (ended, writer.await),
+        First::Reader(ended) => (ended, writer.await.map(|(end, _)| end)),
         First::Writer(Ok(end)) if end.retired => {
             let _ = reader.await;
             (Ended::Retired, Ok(end))
@@ -315,14 +366,16 @@ where
         }
         First::Watchdog(ended) => {
             let _ = reader.await;
-            (ended, writer.await)
+            (ended, writer.await.map(|(end, _)| end))
         }
     };
     let pending: Vec<_> = shared.in_flight().drain(..).collect();
     let why = ended.to_string();
-    for entry in pending {
-        fail_written(entry, &why);
-    }
+    let lost = pending
+        .into_iter()
+        .map(|entry| u64::from(fail_written(entry, &why)))
+        .sum();
+    slot.node.late_replies.count_lost(lost);
     match writer_end {
         Ok(end) if !end.node_dropped => Some(ended),
         Ok(_) => None,

@@ -1,9 +1,11 @@
 //! What a node's connections publish for routing to read without a lock:
-//! each slot's phase and the age of its oldest unanswered write, the
-//! node's own clock, and its redials by reason.
+//! each slot's phase and the age of its oldest unanswered write, whether
+//! it drains a connection given up and what that one still owes, the
+//! node's own clock, its redials by reason, and what became of the replies
+//! of connections given up.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use smallvec::SmallVec;
@@ -61,6 +63,39 @@ impl Redials {
     }
 }
 
+/// What became of counting writes past the stall bound, by node; kept
+/// across a change of the node's address, like [`Redials`].
+#[derive(Debug, Default)]
+pub struct LateReplies {
+    /// Counted requests whose additions were taken back from a reply that
+    /// came after their connection was found stalled.
+    taken_back: AtomicU64,
+    /// Counted requests whose reply never came: their connection ended
+    /// first (it failed, its drain ran past its bound, or the node was
+    /// dropped). Whatever memcached applied of them stays counted.
+    lost: AtomicU64,
+}
+
+impl LateReplies {
+    pub(super) fn count_taken_back(&self) {
+        self.taken_back.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(super) fn count_lost(&self, requests: u64) {
+        if requests > 0 {
+            self.lost.fetch_add(requests, Ordering::Relaxed);
+        }
+    }
+
+    pub fn taken_back(&self) -> u64 {
+        self.taken_back.load(Ordering::Relaxed)
+    }
+
+    pub fn lost(&self) -> u64 {
+        self.lost.load(Ordering::Relaxed)
+    }
+}
+
 /// The node's own time, in microseconds: what "written at" and "overdue"
 /// are measured in, monotonic.
 #[derive(Clone, Copy, Debug)]
@@ -79,6 +114,11 @@ pub(super) struct SlotStatus {
     /// When the oldest unanswered request was written, in the node's
     /// microseconds plus one; 0 when nothing is unanswered.
     oldest_unanswered: AtomicU64,
+    /// The slot holds a connection given up as stalled that still reads
+    /// its late replies: it may hold no second one (see `health::give_up`).
+    draining: AtomicBool,
+    /// Requests that draining connection still awaits replies to.
+    draining_owed: AtomicUsize,
     pub(super) extra: bool,
 }
 
@@ -88,6 +128,8 @@ impl SlotStatus {
         SlotStatus {
             phase: AtomicU8::new(phase.as_u8()),
             oldest_unanswered: AtomicU64::new(0),
+            draining: AtomicBool::new(false),
+            draining_owed: AtomicUsize::new(0),
             extra,
         }
     }
@@ -123,6 +165,26 @@ impl SlotStatus {
             encoded => Some(encoded - 1),
         }
     }
+
+    /// A drain starts (with `owed` requests unanswered) or ends.
+    pub(super) fn set_draining(&self, owed: Option<usize>) {
+        self.draining_owed
+            .store(owed.unwrap_or(0), Ordering::Release);
+        self.draining.store(owed.is_some(), Ordering::Release);
+    }
+
+    pub(super) fn draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
+    }
+
+    pub(super) fn set_draining_owed(&self, owed: usize) {
+        self.draining_owed.store(owed, Ordering::Release);
+    }
+
+    /// Requests the slot's draining connection still awaits replies to.
+    pub(super) fn draining_owed(&self) -> usize {
+        self.draining_owed.load(Ordering::Acquire)
+    }
 }
 
 /// What every slot of a node shares.
@@ -133,6 +195,7 @@ pub(super) struct NodeStatus {
     pub(super) bounds: Bounds,
     pub(super) clock: NodeClock,
     pub(super) redials: Arc<Redials>,
+    pub(super) late_replies: Arc<LateReplies>,
 }
 
 impl NodeStatus {
@@ -172,6 +235,10 @@ pub struct ConnectionStates {
     pub ready: usize,
     pub overdue: usize,
     pub down: usize,
+    /// Given up as stalled, taking no work, still reading late replies.
+    pub draining: usize,
+    /// Requests those draining connections still await replies to.
+    pub draining_owed: usize,
 }
 
 #[cfg(test)]
@@ -202,6 +269,7 @@ mod tests {
             },
             clock,
             redials: Arc::default(),
+            late_replies: Arc::default(),
         }
     }
 

@@ -195,6 +195,7 @@ mod tests {
             first_opaque: 0,
             written_us: 0,
             ends_write: true,
+            given_up: false,
         }
     }
 
@@ -211,7 +212,7 @@ mod tests {
         let clock = NodeClock(Instant::now() - Duration::from_secs(10));
         let soon_us = clock.now_us() + 2_000_000;
         let queue = Queue::new(8);
-        let shared = Shared::new(Arc::new(SlotStatus::new(false)));
+        let shared = Shared::new(Arc::new(SlotStatus::new(false)), Arc::default());
         let (late_queued, mut late_queued_answer) = counted(1_000);
         let (queued, mut queued_answer) = counted(soon_us + 60_000_000);
         assert!(queue.push(late_queued).is_ok() && queue.push(queued).is_ok());

@@ -71,12 +71,28 @@ fn retirable(shared: &Shared, queue: &Queue) -> bool {
     shared.in_flight().is_empty() && queue.is_empty()
 }
 
+/// Write what is queued until stopped, told to retire, or failed; then
+/// hand the write half back: a connection given up as stalled keeps it,
+/// unwritten, while it reads its late replies, since closing it would tell
+/// memcached the stream is over.
 pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
     mut write: W,
     queue: Arc<Queue>,
     shared: Arc<Shared>,
-    mut stopped: oneshot::Receiver<()>,
+    stopped: oneshot::Receiver<()>,
     namespace: Arc<str>,
+    clock: NodeClock,
+) -> (WriterEnd, W) {
+    let end = write_until_end(&mut write, &queue, &shared, stopped, &namespace, clock).await;
+    (end, write)
+}
+
+async fn write_until_end<W: AsyncWrite + Unpin>(
+    write: &mut W,
+    queue: &Queue,
+    shared: &Shared,
+    mut stopped: oneshot::Receiver<()>,
+    namespace: &str,
     clock: NodeClock,
 ) -> WriterEnd {
     let mut batch: Vec<Request> = Vec::with_capacity(64);
@@ -115,7 +131,7 @@ pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
                     biased;
                     _ = &mut stopped => return WriterEnd::stopped(),
                     () = shared.retire.taken(&mut retire_waiting) => {
-                        if retirable(&shared, &queue) {
+                        if retirable(shared, queue) {
                             return WriterEnd::retired();
                         }
                     }
@@ -151,7 +167,7 @@ pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
         // Each request's first token, in the order they are encoded.
         let mut next_opaque = opaque;
         let mut earliest = (u64::MAX, 0);
-        let mut encoder = wire::Encoder::new(&namespace, &mut buffer);
+        let mut encoder = wire::Encoder::new(namespace, &mut buffer);
         for request in &batch {
             earliest = earliest.min((request.deadline_us, request.timeout_ms));
             for command in &request.commands {
@@ -173,6 +189,7 @@ pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
                     first_opaque,
                     written_us,
                     ends_write: index == last,
+                    given_up: false,
                 }
             }));
         // Out of the queue and into the FIFO: the sweep looks there now.
@@ -249,7 +266,10 @@ mod tests {
         queue: &Arc<Queue>,
         shared: &Arc<Shared>,
         clock: NodeClock,
-    ) -> (tokio::task::JoinHandle<WriterEnd>, oneshot::Sender<()>) {
+    ) -> (
+        tokio::task::JoinHandle<(WriterEnd, tokio::io::DuplexStream)>,
+        oneshot::Sender<()>,
+    ) {
         let (stop, stopped) = oneshot::channel();
         let writer = tokio::spawn(write_loop(
             client,
@@ -278,7 +298,7 @@ mod tests {
     async fn a_retiring_writer_ends_only_with_nothing_in_hand() {
         let (client, mut server) = tokio::io::duplex(64 * 1024);
         let queue = Arc::new(Queue::new(8));
-        let shared = Arc::new(Shared::new(Arc::new(SlotStatus::new(true))));
+        let shared = Arc::new(Shared::new(Arc::new(SlotStatus::new(true)), Arc::default()));
         queue.push_owed(noop(Delivery::Always));
         shared.retire.raise();
         let (writer, _stop) = start(
@@ -309,7 +329,7 @@ mod tests {
         shared.writes_out.fetch_sub(1, Ordering::AcqRel);
         shared.write_answered.raise();
         shared.retire.raise();
-        let end = writer.await.unwrap();
+        let (end, _) = writer.await.unwrap();
         assert!(end.retired && end.error.is_none() && !end.node_dropped);
     }
 
@@ -319,7 +339,10 @@ mod tests {
     async fn a_request_out_of_time_when_its_write_goes_is_not_sent() {
         let (client, mut server) = tokio::io::duplex(64 * 1024);
         let queue = Arc::new(Queue::new(8));
-        let shared = Arc::new(Shared::new(Arc::new(SlotStatus::new(false))));
+        let shared = Arc::new(Shared::new(
+            Arc::new(SlotStatus::new(false)),
+            Arc::default(),
+        ));
         let clock = NodeClock(std::time::Instant::now());
         let (reply, answer) = oneshot::channel();
         let mut late = request(1);
@@ -349,7 +372,10 @@ mod tests {
     async fn a_writer_with_a_write_out_ends_when_the_node_is_dropped() {
         let (client, mut server) = tokio::io::duplex(64 * 1024);
         let queue = Arc::new(Queue::new(8));
-        let shared = Arc::new(Shared::new(Arc::new(SlotStatus::new(false))));
+        let shared = Arc::new(Shared::new(
+            Arc::new(SlotStatus::new(false)),
+            Arc::default(),
+        ));
         assert!(queue.push(noop(Delivery::Plain)).is_ok());
         let (writer, _stop) = start(
             client,
@@ -364,7 +390,8 @@ mod tests {
         let end = tokio::time::timeout(std::time::Duration::from_secs(10), writer)
             .await
             .expect("the writer still waits after its node was dropped")
-            .unwrap();
+            .unwrap()
+            .0;
         assert!(end.node_dropped);
     }
 }

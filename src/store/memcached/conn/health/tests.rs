@@ -192,3 +192,17 @@ fn phases_survive_their_atomic_encoding() {
         assert_eq!(Phase::from_u8(phase.as_u8()), phase);
     }
 }
+
+/// A stalled connection that owes an addition drains, unless its slot
+/// already drains one: then it is kept as it is, so that a slot never has
+/// more than one connection draining beside its own. One that owes none,
+/// or with draining off, is closed as before.
+#[test]
+fn a_stalled_connection_drains_what_it_owes_one_drain_a_slot() {
+    assert_eq!(give_up(true, true, false), GiveUp::Drain);
+    assert_eq!(give_up(true, true, true), GiveUp::Keep);
+    for slot_drains in [false, true] {
+        assert_eq!(give_up(false, true, slot_drains), GiveUp::Close);
+        assert_eq!(give_up(true, false, slot_drains), GiveUp::Close);
+    }
+}
