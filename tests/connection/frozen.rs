@@ -5,16 +5,19 @@
 //! report's scenario: a limit of 5 a minute, a 50 ms timeout (so a 1 s
 //! stall bound), a check every 100 ms through a 2.5 s freeze; afterwards
 //! memcached must hold nothing for the key, and the next checks admit
-//! exactly 5.
+//! exactly 5. And the other way round: a connection given up that ends
+//! before its replies come (cut, or past the drain bound) cannot know what
+//! its writes did, and subtracts nothing.
 
 use std::time::{Duration, Instant};
 
 use slidegate::store::Store;
 use slidegate::{CheckError, FailureMode, Limiter, ManualClock, MemcachedStore, Source};
 
-use super::{per_minute, settled_value, store};
+use super::{counter_value, per_minute, settled_value, store};
 use crate::common;
 use crate::common::Memcached;
+use crate::common::proxy::CountingProxy;
 use crate::common::wait::{PATIENCE, until, wait_for};
 
 /// The call timeout of the report; the stall bound is 20 of them, at
@@ -147,3 +150,82 @@ async fn a_freeze_past_the_stall_bound_leaves_no_count_local() {
     frozen_past_the_stall_bound(FailureMode::Local, true).await;
 }
 
+/// How a drain ends before its replies come.
+#[derive(Clone, Copy, Debug)]
+enum CutShort {
+    /// The connection is closed under it, as a node that restarts would.
+    Closed,
+    /// Its bound passes first.
+    OutOfTime,
+}
+
+/// One check's write reaches memcached and is applied; its reply is held
+/// (a proxy delays replies far past the 1 s stall bound), so the check
+/// falls back, its connection is given up and drains, and the drain ends
+/// before the reply comes. Nothing then knows whether the addition was
+/// applied: it is not subtracted, and stays counted (erring towards
+/// refusing), and the store counts the reply as lost.
+async fn a_drain_cut_short_subtracts_nothing(how: CutShort) {
+    let memcached = Memcached::start();
+    let proxy = CountingProxy::start(memcached.addr()).await;
+    let now = common::today_ms() + 30_000;
+    let mut options = common::memcached_options(vec![proxy.addr.clone()]);
+    options.timeout = TIMEOUT;
+    if let CutShort::OutOfTime = how {
+        options.drain_timeout = Duration::from_millis(300);
+    }
+    let store = std::sync::Arc::new(MemcachedStore::connect(&options).await.unwrap());
+    wait_for("the store to answer", PATIENCE, || async {
+        store.ping().await.is_ok()
+    })
+    .await;
+    let limiter = Limiter::builder(store.clone())
+        .clock(ManualClock::new(now))
+        .timeout(TIMEOUT)
+        .failure_mode(FailureMode::Deny)
+        .build();
+    proxy.delay_replies(60_000);
+    let outcome = limiter.check(KEY, &per_minute(LIMIT), 1).await;
+    assert!(
+        matches!(outcome, Err(CheckError::StoreUnavailable(_))),
+        "{outcome:?}"
+    );
+    wait_for("the addition applied", PATIENCE, || async {
+        counter_value(&memcached, &store, KEY, now) == 1
+    })
+    .await;
+    wait_for("its connection draining", PATIENCE, || async {
+        store.topology().nodes[0].states.draining == 1
+    })
+    .await;
+    if let CutShort::Closed = how {
+        proxy.cut();
+    }
+    wait_for("the drain over", PATIENCE, || async {
+        store.topology().nodes[0].states.draining == 0
+    })
+    .await;
+    let node = &store.topology().nodes[0];
+    assert_eq!(
+        (node.lost_replies, node.late_take_backs),
+        (1, 0),
+        "{how:?}: one reply lost, nothing taken back"
+    );
+    proxy.open();
+    proxy.delay_replies(0);
+    assert_eq!(
+        settled_value(&memcached, &store, KEY, now).await,
+        1,
+        "{how:?}: an addition not known to be applied was subtracted"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_closed_under_it_subtracts_nothing() {
+    a_drain_cut_short_subtracts_nothing(CutShort::Closed).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_past_its_bound_subtracts_nothing() {
+    a_drain_cut_short_subtracts_nothing(CutShort::OutOfTime).await;
+}
