@@ -41,7 +41,7 @@ pub use guard::{
 use memcached::MemcachedSection;
 pub use net::IpNet;
 pub use reload::DEFAULT_WATCH;
-pub use rlqs::{BucketRule, RlqsConfig, Unmatched};
+pub use rlqs::{BucketRule, RlqsBounds, RlqsConfig, Unmatched};
 pub use rls::DEFAULT_RLS_MAX_DESCRIPTORS;
 
 use crate::limiter::FailureMode;

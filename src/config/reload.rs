@@ -67,6 +67,11 @@ pub const APPLIED_LIVE: &[&str] = &[
     "rlqs.assignment_ttl",
     "rlqs.abandon_after",
     "rlqs.unmatched",
+    "rlqs.max_report_bytes",
+    "rlqs.max_domain_bytes",
+    "rlqs.max_label_name_bytes",
+    "rlqs.max_label_value_bytes",
+    "rlqs.max_tracked_bytes",
     "rlqs.buckets",
 ];
 
@@ -302,6 +307,7 @@ pub fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'static str>
         assignment_ttl: _,
         abandon_after: _,
         unmatched: _,
+        bounds: _,
         buckets: _,
     } = rlqs;
     let tls_part = |tls: &Option<TlsConfig>| {

@@ -1,6 +1,9 @@
 //! The `[rlqs]` section: Envoy's rate-limit quota service (RLQS), its
-//! listener and its bucket rules. Everything but `listen` applies live on a
-//! reload (see `server::rlqs`).
+//! listener, its bucket rules and what a client may make it hold
+//! (`bounds`). Everything but `listen` applies live on a reload (see
+//! `server::rlqs`).
+
+mod bounds;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -10,6 +13,7 @@ use serde::Deserialize;
 
 use super::{ConfigError, Origin, Overrides, parse_listen};
 use crate::policy::{Limit, parse_duration_ms};
+pub use bounds::RlqsBounds;
 
 /// Sub-buckets of the window RLQS counts each bucket's fleet-wide demand
 /// in (one a second of 10 s): its counters are this plus one, which
@@ -30,6 +34,11 @@ pub(super) struct RlqsSection {
     assignment_ttl: Option<String>,
     abandon_after: Option<String>,
     unmatched: Option<String>,
+    max_report_bytes: Option<u64>,
+    max_domain_bytes: Option<u64>,
+    max_label_name_bytes: Option<u64>,
+    max_label_value_bytes: Option<u64>,
+    max_tracked_bytes: Option<u64>,
     buckets: Option<Vec<BucketSection>>,
 }
 
@@ -54,6 +63,8 @@ pub struct RlqsConfig {
     pub abandon_after: Duration,
     /// What a bucket no rule matches gets.
     pub unmatched: Unmatched,
+    /// What one report and all streams' buckets may weigh.
+    pub bounds: RlqsBounds,
     /// In order: the first rule that matches a bucket decides it.
     pub buckets: Vec<BucketRule>,
 }
@@ -65,6 +76,7 @@ impl Default for RlqsConfig {
             assignment_ttl: DEFAULT_ASSIGNMENT_TTL,
             abandon_after: DEFAULT_ABANDON_AFTER,
             unmatched: Unmatched::Allow,
+            bounds: RlqsBounds::default(),
             buckets: Vec::new(),
         }
     }
@@ -167,13 +179,23 @@ pub(super) fn resolve(
             ));
         }
     };
+    let bounds = bounds::resolve(
+        origin,
+        &bounds::Given {
+            max_report_bytes: section.max_report_bytes,
+            max_domain_bytes: section.max_domain_bytes,
+            max_label_name_bytes: section.max_label_name_bytes,
+            max_label_value_bytes: section.max_label_value_bytes,
+            max_tracked_bytes: section.max_tracked_bytes,
+        },
+    )?;
     let buckets = section
         .buckets
         .iter()
         .flatten()
         .enumerate()
         .map(|(index, bucket)| {
-            bucket_rule(bucket, max_counters).map_err(|(field, message)| {
+            bucket_rule(bucket, max_counters, &bounds).map_err(|(field, message)| {
                 in_file(&format!("rlqs.buckets[{index}].{field}"), message)
             })
         })
@@ -183,6 +205,7 @@ pub(super) fn resolve(
         assignment_ttl,
         abandon_after,
         unmatched,
+        bounds,
         buckets,
     })
 }
@@ -190,6 +213,7 @@ pub(super) fn resolve(
 fn bucket_rule(
     bucket: &BucketSection,
     max_counters: usize,
+    bounds: &RlqsBounds,
 ) -> Result<BucketRule, (&'static str, String)> {
     if bucket.domain.as_deref() == Some("") {
         return Err((
@@ -197,9 +221,34 @@ fn bucket_rule(
             "must not be empty (leave it out for every domain)".into(),
         ));
     }
+    // A rule no report could name is a mistake, not a rule.
+    if let Some(domain) = bucket
+        .domain
+        .as_deref()
+        .filter(|d| d.len() > bounds.domain_bytes)
+    {
+        return Err((
+            "domain",
+            format!(
+                "{} bytes, longer than rlqs.max_domain_bytes ({}): no report could name it",
+                domain.len(),
+                bounds.domain_bytes
+            ),
+        ));
+    }
     for (key, value) in &bucket.matches {
         if key.is_empty() || value.is_empty() {
             return Err(("match", "labels and values must not be empty".into()));
+        }
+        if key.len() > bounds.label_name_bytes || value.len() > bounds.label_value_bytes {
+            return Err((
+                "match",
+                format!(
+                    "label {key:?} is longer than rlqs.max_label_name_bytes ({}) or its value \
+                     than rlqs.max_label_value_bytes ({}): no bucket id could hold it",
+                    bounds.label_name_bytes, bounds.label_value_bytes
+                ),
+            ));
         }
     }
     let window_ms = parse_duration_ms(&bucket.window).map_err(|message| ("window", message))?;
@@ -224,6 +273,7 @@ mod tests {
     use std::path::Path;
 
     use super::super::Config;
+    use super::bounds::DEFAULT_MAX_LABEL_VALUE_BYTES;
     use super::*;
 
     fn resolve(text: &str) -> Result<RlqsConfig, String> {
@@ -302,10 +352,37 @@ precision = 10
                 "rlqs.buckets[0].match:",
             ),
             ("[rlqs]\nlisten = \"nowhere\"", "rlqs.listen:"),
+            (
+                "[rlqs]\nmax_report_bytes = 100",
+                "rlqs.max_report_bytes: must be from 4096",
+            ),
+            ("[rlqs]\nmax_domain_bytes = 0", "rlqs.max_domain_bytes:"),
+            (
+                "[rlqs]\nmax_label_name_bytes = 0",
+                "rlqs.max_label_name_bytes:",
+            ),
+            (
+                "[rlqs]\nmax_label_value_bytes = 100000",
+                "rlqs.max_label_value_bytes:",
+            ),
+            ("[rlqs]\nmax_tracked_bytes = 1", "rlqs.max_tracked_bytes:"),
+            (
+                "[rlqs]\nmax_domain_bytes = 4\n[[rlqs.buckets]]\ndomain = \"envoy\"\nlimit = 1\nwindow = \"1s\"",
+                "rlqs.buckets[0].domain: 5 bytes, longer than rlqs.max_domain_bytes (4)",
+            ),
         ];
         for (text, expected) in cases {
             let error = resolve(text).unwrap_err();
             assert!(error.contains(expected), "{text:?}: {error}");
         }
+        let long_value = format!(
+            "[[rlqs.buckets]]\nlimit = 1\nwindow = \"1s\"\nmatch = {{ name = \"{}\" }}",
+            "v".repeat(DEFAULT_MAX_LABEL_VALUE_BYTES + 1)
+        );
+        let error = resolve(&long_value).unwrap_err();
+        assert!(
+            error.contains("rlqs.buckets[0].match: label \"name\""),
+            "{error}"
+        );
     }
 }

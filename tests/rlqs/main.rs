@@ -16,10 +16,12 @@
 mod common;
 mod envoy;
 
+mod bounds;
 mod example;
 mod failure_mode;
 mod fleet;
 mod guard;
+mod memory;
 mod shutdown;
 mod streams;
 

@@ -91,6 +91,20 @@ def corner_cases(channel):
             check(name + " is INVALID_ARGUMENT naming " + field,
                   error.code() == grpc.StatusCode.INVALID_ARGUMENT and error.details().startswith(field),
                   (error.code(), error.details()))
+    # One bucket with the largest id the label bounds allow, named 1,000
+    # times: a report of 4.6 MB, past rlqs.max_report_bytes.
+    largest = {f"{i}" + "k" * 63: f"{i}" + "v" * 511 for i in range(8)}
+    bad = Stream(channel)
+    bad.send("envoy", [usage(largest, 1, 0, 1)] * 1000)
+    try:
+        bad.next()
+        check("a report past the bound is RESOURCE_EXHAUSTED", False, "answered")
+    except StopIteration:
+        check("a report past the bound is RESOURCE_EXHAUSTED", False, "the stream ended with OK")
+    except grpc.RpcError as error:
+        check("a report past the bound is RESOURCE_EXHAUSTED naming rlqs.max_report_bytes",
+              error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "rlqs.max_report_bytes" in error.details(),
+              (error.code(), error.details()))
     s.send("envoy", [usage(API, 0, 0, 1)])
     check("the good stream is still answered", len(s.next().bucket_action) == 1)
     s.close()

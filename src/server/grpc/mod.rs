@@ -7,9 +7,11 @@
 //! |---|---|
 //! | `capped` | the listener's connections, under the server's connection cap |
 //! | `codec` | prost's codec, with undecodable requests the caller's error |
+//! | `frames` | a stream's messages framed by hand, in buffers of their own size |
 
 mod capped;
 pub(crate) mod codec;
+pub(crate) mod frames;
 
 use std::sync::Arc;
 

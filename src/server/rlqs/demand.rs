@@ -11,6 +11,12 @@ pub struct Demands {
     by_bucket: Mutex<HashMap<String, Bucket>>,
 }
 
+/// What a bucket's entry weighs here beside its key, for one stream: its
+/// slot in the map, and its map of streams at its smallest (four slots, a
+/// stream id and a rate each, with their control bytes).
+pub const ENTRY_BYTES: usize =
+    size_of::<(String, Bucket)>() + 4 * (size_of::<(u64, f64)>() + 1) + 16;
+
 #[derive(Debug)]
 struct Bucket {
     /// When this instance first heard of the bucket.

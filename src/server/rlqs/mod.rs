@@ -10,21 +10,27 @@
 //! | `rules` | the `[[rlqs.buckets]]` rules, compiled; a bucket id's rule and counter key |
 //! | `shares` | the quota arithmetic, pure: free quota and demand in, an assignment out |
 //! | `stream` | one stream's state: its domain, its buckets, when each was last reported |
+//! | `budget` | the buckets all streams keep, against one bound in number and one in bytes |
 //! | `demand` | every stream's demand per bucket, on this instance |
 //! | `report` | a usage report's buckets, checked, with errors that name the field |
-//! | `service` | the gRPC service: reports in, assignments and abandons out |
+//! | `route` | the gRPC method, over frames that keep no buffer between reports |
+//! | `service` | a stream's life: reports in, answers and abandons out |
+//! | `assign` | one bucket's assignment for one report |
 //! | `metrics` | the RLQS counters |
-//! | `places` | places held against a bound: open streams, kept buckets |
+//! | `places` | places and bytes held against a bound: open streams, kept buckets |
 //!
-//! The listener (connection cap, quiet timeout, API tokens, codec) is the
-//! one every gRPC face shares: `server::grpc`.
+//! The listener (connection cap, quiet timeout, API tokens) is the one
+//! every gRPC face shares: `server::grpc`.
 //!
 //! [`Limiter`]: crate::Limiter
 
+mod assign;
+mod budget;
 mod demand;
 mod metrics;
 mod places;
 mod report;
+mod route;
 mod rules;
 mod service;
 pub mod shares;
@@ -37,11 +43,12 @@ use tokio::net::TcpListener;
 
 use super::App;
 use crate::config::RlqsConfig;
+use budget::{BucketBudget, MAX_BUCKETS};
 use demand::Demands;
 use metrics::RlqsMetrics;
+use route::RlqsRoute;
 use rules::Settings;
 use service::RlqsService;
-use stream::BucketBudget;
 
 /// The code generated from `proto/` by `build.rs`. The client is there for
 /// tests and load drivers.
@@ -70,7 +77,8 @@ pub struct Rlqs {
     settings: ArcSwap<Settings>,
     demands: Demands,
     metrics: RlqsMetrics,
-    /// The buckets all streams keep, against one bound.
+    /// The buckets all streams keep, against one bound in number and one
+    /// in bytes.
     buckets: BucketBudget,
 }
 
@@ -80,7 +88,7 @@ impl Rlqs {
             settings: ArcSwap::from_pointee(Settings::new(config)),
             demands: Demands::default(),
             metrics: RlqsMetrics::default(),
-            buckets: BucketBudget::new(stream::MAX_BUCKETS),
+            buckets: BucketBudget::new(MAX_BUCKETS, config.bounds.tracked_bytes),
         }
     }
 
@@ -88,6 +96,7 @@ impl Rlqs {
     /// answered under it (the listener stays as it was started).
     pub fn apply(&self, config: &RlqsConfig) {
         self.settings.store(Arc::new(Settings::new(config)));
+        self.buckets.set_most_bytes(config.bounds.tracked_bytes);
     }
 
     fn settings(&self) -> Arc<Settings> {
@@ -116,11 +125,10 @@ pub async fn serve(
     app: Arc<App>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), tonic::transport::Error> {
-    use pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
     let service = RlqsService {
         app: app.clone(),
         rlqs: app.rlqs.clone(),
     };
-    let routes = tonic::service::Routes::new(RateLimitQuotaServiceServer::new(service));
+    let routes = tonic::service::Routes::new(RlqsRoute(service));
     super::grpc::serve(listener, app, routes, shutdown).await
 }

@@ -8,6 +8,7 @@ use tonic::Status;
 
 use super::pb::envoy::service::rate_limit_quota::v3::BucketId;
 use super::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
+use crate::config::RlqsBounds;
 use crate::policy::MAX_AMOUNT;
 
 /// One bucket's usage, checked.
@@ -19,7 +20,11 @@ pub(super) struct Usage<'a> {
 }
 
 impl Usage<'_> {
-    pub(super) fn check(index: usize, usage: &BucketQuotaUsage) -> Result<Usage<'_>, Status> {
+    pub(super) fn check<'a>(
+        index: usize,
+        usage: &'a BucketQuotaUsage,
+        bounds: &RlqsBounds,
+    ) -> Result<Usage<'a>, Status> {
         let field = |name: &str, message: &str| {
             Status::invalid_argument(format!("bucket_quota_usages[{index}].{name}: {message}"))
         };
@@ -27,7 +32,8 @@ impl Usage<'_> {
             .bucket_id
             .as_ref()
             .ok_or_else(|| field("bucket_id", "is required"))?;
-        check_labels(&bucket_id.bucket).map_err(|message| field("bucket_id.bucket", &message))?;
+        check_labels(&bucket_id.bucket, bounds)
+            .map_err(|message| field("bucket_id.bucket", &message))?;
         // Present and zero is valid: Envoy's first report of a new bucket.
         let elapsed = usage
             .time_elapsed
@@ -54,16 +60,14 @@ impl Usage<'_> {
     }
 }
 
-/// The most labels a bucket id may hold, and the longest label name and
-/// value, in bytes: a stream keeps the ids of the buckets it reports (up
-/// to `MAX_BUCKETS_PER_STREAM`), so what one id may weigh is bounded, as
-/// an HTTP key is. Envoy's ids are a few short labels (a route's name, a
-/// tenant, a header's value).
+/// The most labels a bucket id may hold; each label's name and value are
+/// bounded in bytes (`rlqs.max_label_name_bytes`, `rlqs.max_label_value_bytes`):
+/// a stream keeps the ids of the buckets it reports, so what one id may
+/// weigh is bounded, as an HTTP key is. Envoy's ids are a few short labels
+/// (a route's name, a tenant, a header's value).
 pub(super) const MAX_LABELS: usize = 8;
-pub(super) const MAX_LABEL_NAME_BYTES: usize = 64;
-pub(super) const MAX_LABEL_VALUE_BYTES: usize = 512;
 
-fn check_labels(labels: &HashMap<String, String>) -> Result<(), String> {
+fn check_labels(labels: &HashMap<String, String>, bounds: &RlqsBounds) -> Result<(), String> {
     if labels.is_empty() {
         return Err("must hold at least one label".to_owned());
     }
@@ -79,17 +83,24 @@ fn check_labels(labels: &HashMap<String, String>) -> Result<(), String> {
     {
         return Err("labels and their values must not be empty".to_owned());
     }
-    if labels.keys().any(|key| key.len() > MAX_LABEL_NAME_BYTES) {
-        return Err(format!(
-            "a label name is longer than {MAX_LABEL_NAME_BYTES} bytes"
-        ));
-    }
-    if labels
-        .values()
-        .any(|value| value.len() > MAX_LABEL_VALUE_BYTES)
+    if let Some(name) = labels
+        .keys()
+        .find(|key| key.len() > bounds.label_name_bytes)
     {
         return Err(format!(
-            "a label value is longer than {MAX_LABEL_VALUE_BYTES} bytes"
+            "a label name of {} bytes, longer than rlqs.max_label_name_bytes ({})",
+            name.len(),
+            bounds.label_name_bytes
+        ));
+    }
+    if let Some(value) = labels
+        .values()
+        .find(|value| value.len() > bounds.label_value_bytes)
+    {
+        return Err(format!(
+            "a label value of {} bytes, longer than rlqs.max_label_value_bytes ({})",
+            value.len(),
+            bounds.label_value_bytes
         ));
     }
     Ok(())

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use crate::config::{BucketRule, RlqsConfig, Unmatched};
+use crate::config::{BucketRule, RlqsBounds, RlqsConfig, Unmatched};
 use crate::policy::{Limit, MAX_AMOUNT, Policy};
 
 /// The scope of every RLQS bucket's counters. Not a plain name, so no HTTP
@@ -28,6 +28,8 @@ pub struct Settings {
     pub assignment_ttl_s: u64,
     pub abandon_after_ms: u64,
     pub unmatched: Unmatched,
+    /// What a report, its domain and its labels may weigh.
+    pub bounds: RlqsBounds,
     rules: Vec<(BucketRule, Policy)>,
     /// The demand counters' policy, the same for every bucket.
     pub demand: Policy,
@@ -53,6 +55,7 @@ impl Settings {
             assignment_ttl_s: config.assignment_ttl.as_secs().max(1),
             abandon_after_ms: config.abandon_after.as_millis() as u64,
             unmatched: config.unmatched,
+            bounds: config.bounds,
             rules,
             demand: demand_policy(),
         }

@@ -3,52 +3,16 @@
 //! abandoned after `abandon_after`. Pure: the time comes in as an argument.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
+use prost::Message;
 use tonic::Status;
 
+use super::budget::BucketBudget;
 use super::pb::envoy::service::rate_limit_quota::v3::BucketId;
-use super::places::Places;
 
 /// The most buckets one stream may keep: what a client can make a stream
 /// hold is bounded, as an HTTP body is.
 pub const MAX_BUCKETS_PER_STREAM: usize = 10_000;
-/// The most buckets all the streams of an instance keep together. Streams
-/// and bucket ids are bounded each, but their product is not a bound an
-/// operator can plan for; this is (a kept bucket weighs at most a few KB:
-/// 8 labels of bounded size, its counter key, its demand).
-pub const MAX_BUCKETS: usize = 100_000;
-
-/// The buckets every stream of an instance keeps, counted against one
-/// bound; each stream gives back its own when it forgets them or ends.
-#[derive(Clone, Debug)]
-pub struct BucketBudget {
-    held: Arc<Places>,
-    most: usize,
-}
-
-impl BucketBudget {
-    pub fn new(most: usize) -> BucketBudget {
-        BucketBudget {
-            held: Arc::default(),
-            most,
-        }
-    }
-
-    /// Buckets kept now, over all streams.
-    #[cfg(test)]
-    fn held(&self) -> usize {
-        self.held.held()
-    }
-
-    fn take(&self) -> bool {
-        self.held.take(self.most)
-    }
-
-    fn give_back(&self, buckets: usize) {
-        self.held.give_back(buckets);
-    }
-}
 
 #[derive(Debug)]
 pub struct StreamState {
@@ -57,19 +21,37 @@ pub struct StreamState {
     domain: Option<String>,
     /// By counter key.
     buckets: HashMap<String, Tracked>,
+    /// What its buckets weigh together, held in the budget.
+    weight: u64,
     budget: BucketBudget,
 }
 
 impl Drop for StreamState {
     fn drop(&mut self) {
-        self.budget.give_back(self.buckets.len());
+        self.budget.give_back(self.buckets.len(), self.weight);
     }
 }
 
 #[derive(Debug)]
 struct Tracked {
-    bucket_id: BucketId,
+    /// The id as the client sent it, encoded: an abandon action names it,
+    /// and encoded it weighs its bytes, not a map's.
+    id: Box<[u8]>,
     last_report_ms: u64,
+    weight: u64,
+}
+
+/// What keeping a bucket costs beside its id's bytes: its counter key (32
+/// hex digits) in this stream's map and in the instance's demand map, a
+/// slot in each (a map grows by doubling while at most 7/8 full: two
+/// slots' room a bucket), the demand entry's map of streams, and the
+/// allocator's header on each of these five allocations.
+fn weigh(id_bytes: usize) -> u64 {
+    const KEY_BYTES: usize = 32;
+    const ALLOCATIONS: usize = 5;
+    const ALLOCATION_HEADER: usize = 16;
+    let slots = 2 * (size_of::<(String, Tracked)>() + super::demand::ENTRY_BYTES);
+    (id_bytes + 2 * KEY_BYTES + slots + ALLOCATIONS * ALLOCATION_HEADER) as u64
 }
 
 impl StreamState {
@@ -78,14 +60,21 @@ impl StreamState {
             id,
             domain: None,
             buckets: HashMap::new(),
+            weight: 0,
             budget,
         }
     }
 
-    /// The domain of a message: the first message must name it; a later
-    /// one may leave it empty (the proto asks for it only once; Envoy sends
-    /// it every time), but may not name another.
-    pub fn domain(&mut self, named: &str) -> Result<String, Status> {
+    /// The domain of a message, at most `max_bytes` long: the first message
+    /// must name it; a later one may leave it empty (the proto asks for it
+    /// only once; Envoy sends it every time), but may not name another.
+    pub fn domain(&mut self, named: &str, max_bytes: usize) -> Result<String, Status> {
+        if named.len() > max_bytes {
+            return Err(Status::invalid_argument(format!(
+                "domain: {} bytes, longer than rlqs.max_domain_bytes ({max_bytes})",
+                named.len()
+            )));
+        }
         match (&self.domain, named) {
             (None, "") => Err(Status::invalid_argument(
                 "domain: must not be empty in a stream's first message",
@@ -120,15 +109,14 @@ impl StreamState {
                 "bucket_quota_usages: a stream may report at most {MAX_BUCKETS_PER_STREAM} buckets"
             )));
         }
-        if !self.budget.take() {
-            return Err(Status::resource_exhausted(format!(
-                "this instance keeps at most {} buckets over all its streams",
-                self.budget.most
-            )));
-        }
+        let id = bucket_id.encode_to_vec().into_boxed_slice();
+        let weight = weigh(id.len());
+        self.budget.take(weight)?;
+        self.weight += weight;
         let tracked = Tracked {
-            bucket_id: bucket_id.clone(),
+            id,
             last_report_ms: now_ms,
+            weight,
         };
         self.buckets.insert(key.to_owned(), tracked);
         Ok(None)
@@ -143,15 +131,15 @@ impl StreamState {
             .filter(|(_, tracked)| now_ms.saturating_sub(tracked.last_report_ms) >= after_ms)
             .map(|(key, _)| key.clone())
             .collect();
-        let abandoned: Vec<(String, BucketId)> = stale
+        stale
             .into_iter()
             .filter_map(|key| {
-                let tracked = self.buckets.remove(&key)?;
-                Some((key, tracked.bucket_id))
+                let tracked = self.untrack(&key)?;
+                // Encoded by this stream from a decoded id: it decodes.
+                let id = BucketId::decode(&*tracked.id).unwrap_or_default();
+                Some((key, id))
             })
-            .collect();
-        self.budget.give_back(abandoned.len());
-        abandoned
+            .collect()
     }
 
     /// Whether it tracks any bucket.
@@ -162,22 +150,32 @@ impl StreamState {
     /// Stop tracking `key` (no rule matches it any more), giving back its
     /// place: true when it was tracked.
     pub fn forget(&mut self, key: &str) -> bool {
-        let forgotten = self.buckets.remove(key).is_some();
-        if forgotten {
-            self.budget.give_back(1);
-        }
-        forgotten
+        self.untrack(key).is_some()
     }
 
-    /// Every bucket's counter key, for the stream's end.
-    pub fn keys(&self) -> impl Iterator<Item = &str> {
-        self.buckets.keys().map(String::as_str)
+    /// Stop tracking every bucket, for the stream's end: each one's
+    /// counter key.
+    pub fn forget_all(&mut self) -> Vec<String> {
+        self.budget.give_back(self.buckets.len(), self.weight);
+        self.weight = 0;
+        self.buckets.drain().map(|(key, _)| key).collect()
+    }
+
+    fn untrack(&mut self, key: &str) -> Option<Tracked> {
+        let tracked = self.buckets.remove(key)?;
+        self.weight -= tracked.weight;
+        self.budget.give_back(1, tracked.weight);
+        Some(tracked)
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::budget::MAX_BUCKETS;
     use super::*;
+
+    /// Room for every test's buckets, in bytes.
+    const PLENTY: u64 = 1 << 30;
 
     fn id(name: &str) -> BucketId {
         BucketId {
@@ -185,20 +183,40 @@ mod tests {
         }
     }
 
+    fn keys(stream: &StreamState) -> Vec<&str> {
+        let mut keys: Vec<&str> = stream.buckets.keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        keys
+    }
+
     #[test]
     fn the_first_message_names_the_domain_and_later_ones_may_not_change_it() {
-        let mut stream = StreamState::new(1, BucketBudget::new(10));
-        let error = stream.domain("").unwrap_err();
+        let mut stream = StreamState::new(1, BucketBudget::new(10, PLENTY));
+        let error = stream.domain("", 256).unwrap_err();
         assert!(error.message().starts_with("domain:"), "{error:?}");
-        assert_eq!(stream.domain("envoy").unwrap(), "envoy");
-        assert_eq!(stream.domain("").unwrap(), "envoy");
-        assert_eq!(stream.domain("envoy").unwrap(), "envoy");
-        assert!(stream.domain("other").is_err());
+        assert_eq!(stream.domain("envoy", 256).unwrap(), "envoy");
+        assert_eq!(stream.domain("", 256).unwrap(), "envoy");
+        assert_eq!(stream.domain("envoy", 256).unwrap(), "envoy");
+        assert!(stream.domain("other", 256).is_err());
+    }
+
+    /// A domain past the bound is refused naming it, first message or not.
+    #[test]
+    fn a_domain_is_at_most_its_bound() {
+        let mut stream = StreamState::new(1, BucketBudget::new(10, PLENTY));
+        let error = stream.domain("envoy-long", 5).unwrap_err();
+        assert_eq!(error.code(), tonic::Code::InvalidArgument);
+        assert_eq!(
+            error.message(),
+            "domain: 10 bytes, longer than rlqs.max_domain_bytes (5)"
+        );
+        assert_eq!(stream.domain("envoy", 5).unwrap(), "envoy");
+        assert!(stream.domain("envoy-long", 5).is_err());
     }
 
     #[test]
     fn a_bucket_left_unreported_is_abandoned_once() {
-        let mut stream = StreamState::new(1, BucketBudget::new(10));
+        let mut stream = StreamState::new(1, BucketBudget::new(10, PLENTY));
         assert_eq!(stream.reported("a", &id("a"), 1_000).unwrap(), None);
         assert_eq!(stream.reported("b", &id("b"), 1_000).unwrap(), None);
         assert_eq!(stream.reported("a", &id("a"), 3_500).unwrap(), Some(2_500));
@@ -206,7 +224,7 @@ mod tests {
         let abandoned = stream.abandon(61_000, 60_000);
         assert_eq!(abandoned, vec![("b".to_owned(), id("b"))]);
         assert!(stream.abandon(61_000, 60_000).is_empty());
-        assert_eq!(stream.keys().collect::<Vec<_>>(), ["a"]);
+        assert_eq!(keys(&stream), ["a"]);
         // Reported again, it is new again.
         assert_eq!(stream.reported("b", &id("b"), 62_000).unwrap(), None);
     }
@@ -219,7 +237,7 @@ mod tests {
         // The README's figure for an instance; the behaviour below, on a
         // budget of 2.
         assert_eq!(MAX_BUCKETS, 100_000);
-        let budget = BucketBudget::new(2);
+        let budget = BucketBudget::new(2, PLENTY);
         let mut first = StreamState::new(1, budget.clone());
         let mut second = StreamState::new(2, budget.clone());
         assert_eq!(first.reported("a", &id("a"), 1_000).unwrap(), None);
@@ -232,20 +250,59 @@ mod tests {
             tonic::Code::ResourceExhausted,
             "{refused:?}"
         );
-        assert_eq!(budget.held(), 2);
+        assert_eq!(budget.held().0, 2);
         // Abandoned, a bucket frees its place.
         assert_eq!(second.abandon(61_000, 60_000).len(), 1);
         assert!(second.reported("c", &id("c"), 61_000).is_ok());
         // A stream's end frees all of its own.
         drop(first);
-        assert_eq!(budget.held(), 1);
+        assert_eq!(budget.held().0, 1);
         assert!(second.reported("d", &id("d"), 61_000).is_ok());
         // Forgotten (a reload left it unmatched), a bucket frees its place
         // once.
         assert!(second.forget("c"));
         assert!(!second.forget("c"));
-        assert_eq!(budget.held(), 1);
-        assert_eq!(second.keys().collect::<Vec<_>>(), ["d"]);
+        assert_eq!(budget.held().0, 1);
+        assert_eq!(keys(&second), ["d"]);
+        assert_eq!(second.forget_all().len(), 1);
+        assert_eq!(budget.held(), (0, 0));
+        drop(second);
+        assert_eq!(budget.held(), (0, 0), "an ended stream gives back once");
+    }
+
+    /// Kept buckets are weighed in bytes, a large id more than a small
+    /// one, against one bound for the instance: past it a new bucket is
+    /// refused naming `rlqs.max_tracked_bytes`, and a bucket given up
+    /// frees what it weighed.
+    #[test]
+    fn kept_buckets_are_weighed_in_bytes_against_one_bound() {
+        let small = weigh(id("a").encoded_len());
+        let large_id = id(&"v".repeat(512));
+        let large = weigh(large_id.encoded_len());
+        assert!(large >= small + 500, "{large} vs {small}");
+        let budget = BucketBudget::new(MAX_BUCKETS, 2 * large);
+        let mut first = StreamState::new(1, budget.clone());
+        let mut second = StreamState::new(2, budget.clone());
+        assert!(first.reported("l1", &large_id, 1_000).is_ok());
+        assert!(second.reported("l2", &large_id, 1_000).is_ok());
+        assert_eq!(budget.held(), (2, 2 * large));
+        let refused = second.reported("s", &id("s"), 1_000).unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
+        assert!(
+            refused.message().starts_with("rlqs.max_tracked_bytes:"),
+            "{refused:?}"
+        );
+        // Refused, it holds nothing.
+        assert_eq!(budget.held(), (2, 2 * large));
+        drop(first);
+        assert_eq!(budget.held(), (1, large));
+        assert!(second.reported("s", &id("s"), 1_000).is_ok());
+        assert_eq!(budget.held(), (2, large + small));
+        // A lowered bound keeps what is kept, and refuses what is new.
+        budget.set_most_bytes(small);
+        assert!(second.reported("t", &id("t"), 1_000).is_err());
+        assert_eq!(second.abandon(70_000, 60_000).len(), 2);
+        assert_eq!(budget.held(), (0, 0));
     }
 
     /// A stream keeps at most the README's 10,000 buckets: the next new one
@@ -254,7 +311,7 @@ mod tests {
     #[test]
     fn a_stream_keeps_at_most_ten_thousand_buckets() {
         assert_eq!(MAX_BUCKETS_PER_STREAM, 10_000);
-        let mut stream = StreamState::new(1, BucketBudget::new(20_000));
+        let mut stream = StreamState::new(1, BucketBudget::new(20_000, PLENTY));
         for index in 0..MAX_BUCKETS_PER_STREAM {
             let name = format!("b{index}");
             assert!(stream.reported(&name, &id(&name), 1_000).is_ok(), "{index}");
