@@ -22,6 +22,7 @@ mod failure_mode;
 mod fleet;
 mod guard;
 mod memory;
+mod reconnect;
 mod shutdown;
 mod streams;
 

@@ -20,6 +20,7 @@ use super::rules::{DEMAND_WINDOW, Settings, counter_key};
 use super::service::RlqsService;
 use super::shares::{self, Assignment, Figures};
 use super::stream::StreamState;
+use super::withdraw::withdraw;
 use crate::config::Unmatched;
 use crate::limiter::{CheckError, Decision, FailureMode, Source};
 use crate::policy::Policy;
@@ -41,8 +42,14 @@ impl RlqsService {
             // though its Envoy still reports it.
             if stream.tracks_any() {
                 let key = counter_key(domain, labels);
-                if stream.forget(&key) {
+                if let Some(added) = stream.forget(&key) {
                     self.rlqs.demands.forget(&key, stream.id);
+                    withdraw(
+                        self.app.limiter(),
+                        &settings.demand,
+                        [(key.as_str(), added)],
+                    )
+                    .await;
                 }
             }
             let rule = match settings.unmatched {
@@ -73,6 +80,11 @@ impl RlqsService {
             count(limiter, &key, policy, usage.allowed),
             count(limiter, &key, &settings.demand, demanded),
         );
+        // What this stream takes back from the fleet's demand when it
+        // stops reporting the bucket.
+        if let (Ok(fleet), Some(added)) = (&fleet, stream.demand_of(&key)) {
+            added.record(&settings.demand, fleet, demanded);
+        }
         let decision = match counted {
             Ok(decision) => decision,
             Err(CheckError::StoreUnavailable(_)) => {

@@ -12,6 +12,7 @@
 //! | `stream` | one stream's state: its domain, its buckets, when each was last reported |
 //! | `budget` | the buckets all streams keep, against one bound in number and one in bytes |
 //! | `demand` | every stream's demand per bucket, on this instance |
+//! | `withdraw` | what a stream added to a bucket's shared demand, taken back when it stops |
 //! | `report` | a usage report's buckets, checked, with errors that name the field |
 //! | `route` | the gRPC method, over frames that keep no buffer between reports |
 //! | `service` | a stream's life: reports in, answers and abandons out |
@@ -35,6 +36,7 @@ mod rules;
 mod service;
 pub mod shares;
 mod stream;
+mod withdraw;
 
 use std::sync::Arc;
 

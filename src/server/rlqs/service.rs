@@ -1,7 +1,8 @@
 //! `StreamRateLimitQuotas`: each stream runs in its own task, answering
 //! every usage report with an assignment for each bucket it names
 //! (`assign`), and sending an abandon action for a bucket it has stopped
-//! reporting.
+//! reporting. A stream that stops reporting a bucket, or ends, takes what
+//! it added to the bucket's shared demand back (`withdraw`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,6 +22,7 @@ use super::pb::envoy::service::rate_limit_quota::v3::{
 };
 use super::report::Usage;
 use super::stream::StreamState;
+use super::withdraw::withdraw;
 use crate::server::App;
 use crate::server::grpc::frames::{self, Inbound, Outbound, Unread};
 use crate::server::grpc::{authorize, authorize_value};
@@ -115,7 +117,7 @@ impl RlqsService {
                             "no usage report for {quiet_timeout:?}: stream closed"
                         )))
                     } else {
-                        Ok(self.abandon(&mut stream))
+                        Ok(self.abandon(&mut stream).await)
                     }
                 }
                 () = answers.closed() => break,
@@ -135,9 +137,19 @@ impl RlqsService {
                 break;
             }
         }
-        for key in stream.forget_all() {
-            self.rlqs.demands.forget(&key, stream.id);
+        // Its demand leaves every instance's shares now, not a demand
+        // window later; the stream holds its place until it has.
+        let ended = stream.forget_all();
+        for (key, _) in &ended {
+            self.rlqs.demands.forget(key, stream.id);
         }
+        let demand = &self.rlqs.settings().demand;
+        withdraw(
+            self.app.limiter(),
+            demand,
+            ended.iter().map(|(key, added)| (key.as_str(), *added)),
+        )
+        .await;
     }
 
     /// The actions answering one report: an assignment for each bucket it
@@ -174,24 +186,31 @@ impl RlqsService {
             self.rlqs.metrics.assigned(assignment.strategy());
             actions.push(assignment.action(usage.bucket_id.clone()));
         }
-        actions.extend(self.abandon(stream));
+        actions.extend(self.abandon(stream).await);
         Ok(actions)
     }
 
     /// Abandon actions for the buckets `stream` has stopped reporting.
-    fn abandon(&self, stream: &mut StreamState) -> Vec<BucketAction> {
+    async fn abandon(&self, stream: &mut StreamState) -> Vec<BucketAction> {
         let now_ms = self.app.limiter().now_ms();
-        let after_ms = self.rlqs.settings().abandon_after_ms;
-        let abandoned = stream.abandon(now_ms, after_ms);
+        let settings = self.rlqs.settings();
+        let abandoned = stream.abandon(now_ms, settings.abandon_after_ms);
+        if abandoned.is_empty() {
+            return Vec::new();
+        }
         self.rlqs.metrics.abandoned(abandoned.len());
+        for (key, ..) in &abandoned {
+            self.rlqs.demands.forget(key, stream.id);
+        }
+        let added = abandoned
+            .iter()
+            .map(|(key, _, added)| (key.as_str(), *added));
+        withdraw(self.app.limiter(), &settings.demand, added).await;
         abandoned
             .into_iter()
-            .map(|(key, bucket_id)| {
-                self.rlqs.demands.forget(&key, stream.id);
-                BucketAction {
-                    bucket_id: Some(bucket_id),
-                    bucket_action: Some(WireAction::AbandonAction(AbandonAction {})),
-                }
+            .map(|(_, bucket_id, _)| BucketAction {
+                bucket_id: Some(bucket_id),
+                bucket_action: Some(WireAction::AbandonAction(AbandonAction {})),
             })
             .collect()
     }

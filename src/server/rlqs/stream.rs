@@ -1,6 +1,8 @@
 //! One stream's state: the domain its first message named, and each bucket
 //! it reports with when it last did, so that a bucket it stops reporting is
-//! abandoned after `abandon_after`. Pure: the time comes in as an argument.
+//! abandoned after `abandon_after`, and what it added to the bucket's
+//! shared demand, to take back when it stops. Pure: the time comes in as
+//! an argument.
 
 use std::collections::HashMap;
 
@@ -9,6 +11,7 @@ use tonic::Status;
 
 use super::budget::BucketBudget;
 use super::pb::envoy::service::rate_limit_quota::v3::BucketId;
+use super::withdraw::Contributions;
 
 /// The most buckets one stream may keep: what a client can make a stream
 /// hold is bounded, as an HTTP body is.
@@ -39,6 +42,7 @@ struct Tracked {
     id: Box<[u8]>,
     last_report_ms: u64,
     weight: u64,
+    demand: Contributions,
 }
 
 /// What keeping a bucket costs beside its id's bytes: its counter key (32
@@ -117,14 +121,25 @@ impl StreamState {
             id,
             last_report_ms: now_ms,
             weight,
+            demand: Contributions::default(),
         };
         self.buckets.insert(key.to_owned(), tracked);
         Ok(None)
     }
 
-    /// The buckets not reported for `after_ms` (counter key and id),
-    /// forgotten by this stream.
-    pub fn abandon(&mut self, now_ms: u64, after_ms: u64) -> Vec<(String, BucketId)> {
+    /// What this stream added to `key`'s shared demand, to take back when
+    /// it stops reporting it (`key` is tracked: it was just reported).
+    pub fn demand_of(&mut self, key: &str) -> Option<&mut Contributions> {
+        self.buckets.get_mut(key).map(|tracked| &mut tracked.demand)
+    }
+
+    /// The buckets not reported for `after_ms` (counter key, id and what it
+    /// added to the shared demand), forgotten by this stream.
+    pub fn abandon(
+        &mut self,
+        now_ms: u64,
+        after_ms: u64,
+    ) -> Vec<(String, BucketId, Contributions)> {
         let stale: Vec<String> = self
             .buckets
             .iter()
@@ -137,7 +152,7 @@ impl StreamState {
                 let tracked = self.untrack(&key)?;
                 // Encoded by this stream from a decoded id: it decodes.
                 let id = BucketId::decode(&*tracked.id).unwrap_or_default();
-                Some((key, id))
+                Some((key, id, tracked.demand))
             })
             .collect()
     }
@@ -148,17 +163,20 @@ impl StreamState {
     }
 
     /// Stop tracking `key` (no rule matches it any more), giving back its
-    /// place: true when it was tracked.
-    pub fn forget(&mut self, key: &str) -> bool {
-        self.untrack(key).is_some()
+    /// place: what it added to the shared demand, when it was tracked.
+    pub fn forget(&mut self, key: &str) -> Option<Contributions> {
+        self.untrack(key).map(|tracked| tracked.demand)
     }
 
     /// Stop tracking every bucket, for the stream's end: each one's
-    /// counter key.
-    pub fn forget_all(&mut self) -> Vec<String> {
+    /// counter key and what it added to the shared demand.
+    pub fn forget_all(&mut self) -> Vec<(String, Contributions)> {
         self.budget.give_back(self.buckets.len(), self.weight);
         self.weight = 0;
-        self.buckets.drain().map(|(key, _)| key).collect()
+        self.buckets
+            .drain()
+            .map(|(key, tracked)| (key, tracked.demand))
+            .collect()
     }
 
     fn untrack(&mut self, key: &str) -> Option<Tracked> {
@@ -222,7 +240,10 @@ mod tests {
         assert_eq!(stream.reported("a", &id("a"), 3_500).unwrap(), Some(2_500));
         assert!(stream.abandon(60_999, 60_000).is_empty());
         let abandoned = stream.abandon(61_000, 60_000);
-        assert_eq!(abandoned, vec![("b".to_owned(), id("b"))]);
+        assert_eq!(
+            abandoned,
+            vec![("b".to_owned(), id("b"), Contributions::default())]
+        );
         assert!(stream.abandon(61_000, 60_000).is_empty());
         assert_eq!(keys(&stream), ["a"]);
         // Reported again, it is new again.
@@ -260,8 +281,8 @@ mod tests {
         assert!(second.reported("d", &id("d"), 61_000).is_ok());
         // Forgotten (a reload left it unmatched), a bucket frees its place
         // once.
-        assert!(second.forget("c"));
-        assert!(!second.forget("c"));
+        assert!(second.forget("c").is_some());
+        assert!(second.forget("c").is_none());
         assert_eq!(budget.held().0, 1);
         assert_eq!(keys(&second), ["d"]);
         assert_eq!(second.forget_all().len(), 1);
