@@ -83,3 +83,73 @@ async fn neither_a_peek_nor_an_impossible_cost_stands_for_the_read() {
         assert!(five.allowed, "after a {first}: {five:?}");
     }
 }
+
+/// How a refused key asks: alone (`check`), or as the one item of a
+/// `check_all` (an RLS request of one descriptor).
+#[derive(Clone, Copy, Debug)]
+enum Asking {
+    Check,
+    CheckAll,
+}
+
+async fn allowed(
+    limiter: &Limiter<MemoryStore>,
+    key: &str,
+    policy: &Policy,
+    asking: Asking,
+) -> bool {
+    match asking {
+        Asking::Check => limiter.check(key, policy, 1).await.unwrap().allowed,
+        Asking::CheckAll => {
+            let item = slidegate::Item {
+                key,
+                policy,
+                cost: 1,
+            };
+            limiter.check_all(&[item]).await.unwrap()[0].allowed
+        }
+    }
+}
+
+/// A key the near-cache keeps refusing is still a client the embedded
+/// store must keep: its counters stay recently used, so a flood of
+/// one-shot keys through a small table evicts theirs, not its own, and
+/// when its entry is read again the store still holds its five. (The
+/// near-cache used to answer it without touching the store, its counters
+/// aged out with the one-shot keys', and each read-again found 0 and let
+/// it in again within its minute.)
+#[tokio::test]
+async fn a_key_the_near_cache_refuses_keeps_its_counters_in_the_embedded_store() {
+    let policy = Policy::new("api", vec![Limit::per(5, Duration::from_secs(60)).unwrap()]).unwrap();
+    let mut admitted_again_by_asking = Vec::new();
+    for asking in [Asking::Check, Asking::CheckAll] {
+        let clock = ManualClock::new(T0 + 1_000);
+        let limiter = Limiter::builder(MemoryStore::with_capacity(256))
+            .clock(clock.clone())
+            .near_cache_revalidate(INTERVAL)
+            .build();
+        for _ in 0..5 {
+            assert!(allowed(&limiter, "refused", &policy, asking).await);
+        }
+        assert!(!allowed(&limiter, "refused", &policy, asking).await);
+        // Six seconds of the same minute: the refused key asks every 10 ms
+        // while 6,000 one-shot keys arrive, ten between two of its asks.
+        let mut admitted_again = 0;
+        for one_shot in 0..6_000 {
+            assert!(allowed(&limiter, &format!("one-shot-{one_shot}"), &policy, asking).await);
+            if one_shot % 10 == 9 {
+                clock.advance(Duration::from_millis(10));
+                admitted_again += u32::from(allowed(&limiter, "refused", &policy, asking).await);
+            }
+        }
+        let evictions = limiter.store().evictions();
+        println!(
+            "{asking:?}: admitted again within its minute: {admitted_again}; evictions: {evictions}"
+        );
+        assert!(evictions > 5_000, "the table was flooded: {evictions}");
+        admitted_again_by_asking.push((asking, admitted_again));
+    }
+    for (asking, admitted_again) in admitted_again_by_asking {
+        assert_eq!(admitted_again, 0, "{asking:?}: its five stay counted");
+    }
+}

@@ -60,6 +60,15 @@ pub(super) fn layouts(digest: KeyDigest, policy: &Policy, now_ms: u64) -> Layout
         .collect()
 }
 
+/// Every counter of `policy` for `digest` at `now_ms`, the older ones and
+/// the current one of each limit: what a check would read.
+pub(super) fn all(digest: KeyDigest, policy: &Policy, now_ms: u64) -> Counters {
+    layouts(digest, policy, now_ms)
+        .iter()
+        .flat_map(|layout| layout.older().chain([layout.current]))
+        .collect()
+}
+
 impl Layout {
     /// Counters of this limit, the ones before the epoch included.
     pub(super) fn len(&self) -> usize {

@@ -37,7 +37,7 @@ impl<S: Store> Limiter<S> {
             return passed;
         }
         if !due {
-            return Screened::Refused(Decision::new(verdict, Source::NearCache));
+            return Screened::Refused(self.near_cache_refused(digest, policy, verdict, now_ms));
         }
         // Boxed: at most once per interval per key, and a check's future
         // (moved whole at each await it is created for) stays small.
@@ -47,8 +47,27 @@ impl<S: Store> Limiter<S> {
             Reread::Admits => Screened::Passed { read_again: true },
             // The entry is still the best knowledge there is, and a store
             // outage must not turn hot rejects into admissions.
-            Reread::StoreFailed => Screened::Refused(Decision::new(verdict, Source::NearCache)),
+            Reread::StoreFailed => {
+                Screened::Refused(self.near_cache_refused(digest, policy, verdict, now_ms))
+            }
         }
+    }
+
+    /// The near-cache's refusal, answered without the store. The key is
+    /// still a client that asks, so its counters are marked as used
+    /// ([`Store::touch`], no round trip): a store that evicts the least
+    /// recently used keeps them, and the store still holds its counts when
+    /// the entry is read again.
+    pub(super) fn near_cache_refused(
+        &self,
+        digest: KeyDigest,
+        policy: &Policy,
+        verdict: Verdict,
+        now_ms: u64,
+    ) -> Decision {
+        self.store
+            .touch(&counters::all(digest, policy, now_ms), now_ms);
+        Decision::new(verdict, Source::NearCache)
     }
 
     /// Read the key's counters, counting nothing. Still refused: the fresh

@@ -42,13 +42,20 @@ impl<S: Store> Limiter<S> {
         }
         let deadline = Deadline::after(self.timeout);
         let mut now_ms = self.clock.now_ms();
+        let digests: Vec<KeyDigest> = items
+            .iter()
+            .map(|item| KeyDigest::of(item.policy.scope(), item.key))
+            .collect();
         let near_keys: Vec<NearKey> = items
             .iter()
-            .map(|item| NearKey::new(KeyDigest::of(item.policy.scope(), item.key), item.policy))
+            .zip(&digests)
+            .map(|(item, &digest)| NearKey::new(digest, item.policy))
             .collect();
 
         let mut decided: Vec<Option<Decision>> = vec![None; items.len()];
-        for ((item, near_key), decided) in items.iter().zip(&near_keys).zip(&mut decided) {
+        for (((item, &digest), near_key), decided) in
+            items.iter().zip(&digests).zip(&near_keys).zip(&mut decided)
+        {
             if let Some(lower_bounds) = self.near_cache.lower_bounds(near_key, item.policy, now_ms)
             {
                 let verdict = window::decide(
@@ -59,7 +66,7 @@ impl<S: Store> Limiter<S> {
                     Counting::Never,
                 );
                 if !verdict.allowed {
-                    *decided = Some(Decision::new(verdict, Source::NearCache));
+                    *decided = Some(self.near_cache_refused(digest, item.policy, verdict, now_ms));
                 }
             }
         }

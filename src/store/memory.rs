@@ -21,9 +21,11 @@
 //!
 //! Least recently used rather than soonest to expire: a flood of one-shot
 //! keys then pushes out only other idle keys, while the counters of active
-//! clients, touched on every check, stay. Soonest-to-expire would evict the
-//! previous bucket of every active key first, since it is the oldest, and
-//! that is exactly the count a sliding window still needs.
+//! clients, touched on every check, stay: refused ones too, since a
+//! refusal the near-cache answers touches them ([`Store::touch`]).
+//! Soonest-to-expire would evict the previous bucket of every active key
+//! first, since it is the oldest, and that is exactly the count a sliding
+//! window still needs.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -337,6 +339,13 @@ impl Store for MemoryStore {
             .iter()
             .map(|key| self.shard(key).subtract(key, amount, now_ms))
             .collect())
+    }
+
+    fn touch(&self, counters: &[CounterKey], now_ms: u64) {
+        for key in counters {
+            // Finding a live counter marks it used; a missing one stays so.
+            self.shard(key).find(key, now_ms);
+        }
     }
 
     async fn remove(&self, counters: &[CounterKey], now_ms: u64) -> Result<usize, StoreError> {

@@ -153,6 +153,14 @@ pub trait Store: Send + Sync + 'static {
         crate::join::join_all(calls)
     }
 
+    /// Mark counters as in use, changing nothing, with no round trip: a
+    /// key the near-cache refuses asks nothing of the store, yet its counts
+    /// are what its next check reads. The embedded store, which evicts the
+    /// least recently used counter when full, keeps them as an asking
+    /// client's. Memcached's keep their TTL, and the near-cache's read
+    /// again (once per interval) is a use in its LRU: nothing to do.
+    fn touch(&self, _counters: &[CounterKey], _now_ms: u64) {}
+
     /// Remove counters (one key's: they live on one node), so that they
     /// read 0: a reset. Returns how many existed at `now_ms`.
     fn remove(
@@ -228,6 +236,10 @@ impl<S: Store> Store for std::sync::Arc<S> {
         now_ms: u64,
     ) -> impl Future<Output = Vec<Result<Vec<Option<u64>>, StoreError>>> + Send + 'a {
         (**self).subtract_many(takes, now_ms)
+    }
+
+    fn touch(&self, counters: &[CounterKey], now_ms: u64) {
+        (**self).touch(counters, now_ms)
     }
 
     fn remove(
@@ -322,6 +334,14 @@ impl Store for AnyStore {
             AnyStore::Memory(store) => store.subtract_many(takes, now_ms).await,
             #[cfg(feature = "memcached")]
             AnyStore::Memcached(store) => store.subtract_many(takes, now_ms).await,
+        }
+    }
+
+    fn touch(&self, counters: &[CounterKey], now_ms: u64) {
+        match self {
+            AnyStore::Memory(store) => store.touch(counters, now_ms),
+            #[cfg(feature = "memcached")]
+            AnyStore::Memcached(store) => store.touch(counters, now_ms),
         }
     }
 

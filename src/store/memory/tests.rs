@@ -87,6 +87,22 @@ async fn a_store_holds_its_capacity_and_counts_evictions() {
     assert!(counts.added[0] > 1, "the hot counter was kept");
 }
 
+/// A touch is a use for the LRU (what a near-cache refusal does in place
+/// of a check), and creates nothing.
+#[tokio::test]
+async fn a_touched_counter_is_kept_and_a_missing_one_stays_missing() {
+    let store = MemoryStore::with_capacity(WAYS);
+    for bucket in 0..WAYS as u64 {
+        store.shard(&counter(bucket)).add(&counter(bucket), 1, 0);
+    }
+    store.touch(&[counter(0), counter_of("never-added", 0)], 1);
+    assert_eq!(store.len(), WAYS, "nothing created");
+    // Without the touch, bucket 0 (the oldest) would go first.
+    store.shard(&counter(99)).add(&counter(99), 1, 2);
+    assert_eq!(store.shard(&counter(0)).read(&counter(0), 3), 1);
+    assert_eq!(store.shard(&counter(1)).read(&counter(1), 3), 0, "evicted");
+}
+
 #[test]
 fn capacity_rounds_up_to_whole_sets() {
     assert_eq!(MemoryStore::with_capacity(0).capacity(), WAYS);
