@@ -17,6 +17,16 @@
 //! A reset is seen by every instance within the interval, and a hot key
 //! still costs at most one store read per interval.
 //!
+//! A request of several items decided together (`Limiter::check_all`, an
+//! RLS request of several descriptors) adds to every item's counter
+//! before it knows whether one refuses, and takes the additions back if
+//! one does: a count read meanwhile can hold such additions in flight,
+//! anywhere under the limit, so what it remembers is not a lower bound of
+//! one item's admitted counts. Such an entry ([`Items::Several`]) refuses
+//! only requests of several items, where erring towards refusing is the
+//! documented trade-off; a request of one item finds nothing in it, and the
+//! store decides it on its own counts.
+//!
 //! Entries are bounded in number and in bytes (moka evicts the least
 //! useful; an entry weighs its real size, so one of a many-counter policy
 //! weighs more than one of a single limit), and expire
@@ -67,6 +77,27 @@ pub struct Seen {
     pub bucket: u64,
     /// Inline for precision 1 (two counts).
     pub counts: SmallVec<[u64; 2]>,
+}
+
+/// How many items the request that remembers an entry, or looks one up,
+/// decides together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Items {
+    /// A check, or a `check_all` of one item.
+    One,
+    /// A `check_all` of several items: what it remembers may hold other
+    /// such requests' additions still to be taken back.
+    Several,
+}
+
+impl Items {
+    pub fn of(count: usize) -> Items {
+        if count > 1 {
+            Items::Several
+        } else {
+            Items::One
+        }
+    }
 }
 
 /// Bytes the near-cache may hold when `near_cache.max_bytes` is not set.
@@ -142,13 +173,16 @@ impl NearCache {
         self
     }
 
-    /// What is remembered of `key` for a check of `policy` at `now_ms`.
-    pub fn lookup(&self, key: &NearKey, policy: &Policy, now_ms: u64) -> Lookup {
+    /// What is remembered of `key` for a check of `policy` at `now_ms`, by
+    /// a request of `asking` items: one of one item knows nothing of what
+    /// requests of several remembered.
+    pub fn lookup(&self, key: &NearKey, policy: &Policy, now_ms: u64, asking: Items) -> Lookup {
         let Some(entry) = self
             .cache
             .as_ref()
             .filter(|held| held.presence.may_hold(key))
             .and_then(|held| held.entries.get(key))
+            .filter(|entry| asking == Items::Several || entry.written_by == Items::One)
         else {
             return Lookup::Unknown;
         };
@@ -166,8 +200,14 @@ impl NearCache {
     /// `None` when nothing usable is remembered, or when the entry is due
     /// for revalidation: it is then forgotten, so that the store decides
     /// and a refusal is remembered afresh.
-    pub fn lower_bounds(&self, key: &NearKey, policy: &Policy, now_ms: u64) -> Option<LowerBounds> {
-        match self.lookup(key, policy, now_ms) {
+    pub fn lower_bounds(
+        &self,
+        key: &NearKey,
+        policy: &Policy,
+        now_ms: u64,
+        asking: Items,
+    ) -> Option<LowerBounds> {
+        match self.lookup(key, policy, now_ms, asking) {
             Lookup::Trusted(bounds) => Some(bounds),
             Lookup::Revalidate(_) => {
                 self.forget(key);
@@ -199,23 +239,23 @@ impl NearCache {
         }
     }
 
-    /// Remember lower bounds of the counts, read at `read_at_ms`, for
-    /// `lifetime`.
+    /// Remember lower bounds of the counts, read at `read_at_ms` by a
+    /// request of `written_by` items, for `lifetime`.
     pub fn remember(
         &self,
         key: NearKey,
         seen: impl IntoIterator<Item = Seen>,
         lifetime: Duration,
         read_at_ms: u64,
+        written_by: Items,
     ) {
         if let Some(cache) = &self.cache {
             let seen = seen.into_iter().collect();
+            let entry = Entry::new(seen, lifetime, read_at_ms, written_by);
             // Counted before it is in: a lookup never skips a held entry
             // for long (see `presence`).
             cache.presence.added(&key);
-            cache
-                .entries
-                .insert(key, Arc::new(Entry::new(seen, lifetime, read_at_ms)));
+            cache.entries.insert(key, Arc::new(entry));
         }
     }
 

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::{Counts, Limiter};
-use crate::near_cache::{NearKey, Seen};
+use crate::near_cache::{Items, NearKey, Seen};
 use crate::policy::Policy;
 use crate::store::Store;
 use crate::window::{self, Counting};
@@ -17,16 +17,23 @@ impl<S: Store> Limiter<S> {
     /// back. Two bounds remove that excess: the value left after our own
     /// rollback (others may have rolled back by then), and the ceiling, the
     /// most that admitted requests can have left in the current bucket given
-    /// the older ones.
+    /// the older ones. The ceiling holds for requests of one item, whose
+    /// additions under it are all admitted ones. A request of several items
+    /// can hold one there and still be refused by another item: what such a
+    /// request read refuses only requests of several ([`Items::Several`]).
     pub(super) fn remember(
         &self,
         near_key: NearKey,
         policy: &Policy,
-        counts: &[Counts],
-        after_rollback: Option<Vec<Option<u64>>>,
+        read: Read<'_>,
         cost: u64,
         now_ms: u64,
     ) {
+        let Read {
+            counts,
+            after_rollback,
+            by,
+        } = read;
         let lower_bounds: Vec<Vec<u64>> = policy
             .limits()
             .iter()
@@ -65,7 +72,19 @@ impl<S: Store> Limiter<S> {
                 bucket: limit.window().bucket_of(now_ms),
                 counts: counts.into(),
             });
+        let lifetime = Duration::from_millis(lifetime);
         self.near_cache
-            .remember(near_key, seen, Duration::from_millis(lifetime), now_ms);
+            .remember(near_key, seen, lifetime, now_ms, by);
     }
+}
+
+/// What a refused request read of one key's counters.
+pub(super) struct Read<'a> {
+    /// Each limit's counts before the request, oldest first.
+    pub(super) counts: &'a [Counts],
+    /// Each current counter's value after the request's take-back, when
+    /// known.
+    pub(super) after_rollback: Option<Vec<Option<u64>>>,
+    /// How many items the request decided together.
+    pub(super) by: Items,
 }

@@ -4,8 +4,9 @@
 //! counter reaches every instance within the interval, while a hot key
 //! still costs at most one store read per interval.
 
+use super::remembered::Read;
 use super::*;
-use crate::near_cache::Lookup;
+use crate::near_cache::{Items, Lookup};
 
 impl<S: Store> Limiter<S> {
     /// The near-cache's refusal of this request, if it has one; else the
@@ -20,7 +21,10 @@ impl<S: Store> Limiter<S> {
         deadline: Deadline,
     ) -> Screened {
         let passed = Screened::Passed { read_again: false };
-        let (bounds, due) = match self.near_cache.lookup(&near_key, policy, now_ms) {
+        let (bounds, due) = match self
+            .near_cache
+            .lookup(&near_key, policy, now_ms, Items::One)
+        {
             Lookup::Unknown => return passed,
             Lookup::Trusted(bounds) => (bounds, false),
             Lookup::Revalidate(bounds) => (bounds, true),
@@ -103,7 +107,12 @@ impl<S: Store> Limiter<S> {
         // can never pass) must not leave the old counts trusted for
         // another interval.
         self.near_cache.forget(&near_key);
-        self.remember(near_key, policy, &counts, None, cost, now_ms);
+        let read = Read {
+            counts: &counts,
+            after_rollback: None,
+            by: Items::One,
+        };
+        self.remember(near_key, policy, read, cost, now_ms);
         Reread::StillRefused(Decision::new(verdict, Source::Store))
     }
 }

@@ -16,8 +16,10 @@ mod group;
 
 use self::group::{Group, groups};
 use super::owed::Owed;
+use super::remembered::Read;
 use super::*;
 use crate::join::join_all;
+use crate::near_cache::Items;
 
 /// One part of a request decided by [`Limiter::check_all`].
 #[derive(Clone, Copy, Debug)]
@@ -52,11 +54,14 @@ impl<S: Store> Limiter<S> {
             .map(|(item, &digest)| NearKey::new(digest, item.policy))
             .collect();
 
+        let asking = Items::of(items.len());
         let mut decided: Vec<Option<Decision>> = vec![None; items.len()];
         for (((item, &digest), near_key), decided) in
             items.iter().zip(&digests).zip(&near_keys).zip(&mut decided)
         {
-            if let Some(lower_bounds) = self.near_cache.lower_bounds(near_key, item.policy, now_ms)
+            if let Some(lower_bounds) =
+                self.near_cache
+                    .lower_bounds(near_key, item.policy, now_ms, asking)
             {
                 let verdict = window::decide(
                     item.policy.limits(),
@@ -301,7 +306,12 @@ impl<S: Store> Limiter<S> {
                         .map(|values| values[first_limit..first_limit + limits].to_vec());
                     let near_key =
                         NearKey::new(KeyDigest::of(item.policy.scope(), item.key), item.policy);
-                    self.remember(near_key, item.policy, counts, after, item.cost, now_ms);
+                    let read = Read {
+                        counts,
+                        after_rollback: after,
+                        by: Items::of(items.len()),
+                    };
+                    self.remember(near_key, item.policy, read, item.cost, now_ms);
                 }
                 first_limit += limits;
                 // Counted by none: each item's own verdict, as a peek.

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use moka::Expiry;
 use smallvec::SmallVec;
 
-use super::{LowerBounds, NearKey, Seen};
+use super::{Items, LowerBounds, NearKey, Seen};
 use crate::policy::Policy;
 use crate::window;
 
@@ -28,10 +28,17 @@ pub(super) struct Entry {
     /// When the last check that went to the store for this entry set out,
     /// on the limiter's clock: the counts' read time at first.
     revalidated_ms: AtomicU64,
+    /// Whose counts these are, and so which requests they may refuse.
+    pub(super) written_by: Items,
 }
 
 impl Entry {
-    pub(super) fn new(seen: SmallVec<[Seen; 1]>, lifetime: Duration, read_at_ms: u64) -> Entry {
+    pub(super) fn new(
+        seen: SmallVec<[Seen; 1]>,
+        lifetime: Duration,
+        read_at_ms: u64,
+        written_by: Items,
+    ) -> Entry {
         let heap_of_seen = if seen.spilled() {
             seen.capacity() * size_of::<Seen>()
         } else {
@@ -55,6 +62,7 @@ impl Entry {
             lifetime,
             bytes: u32::try_from(bytes).unwrap_or(u32::MAX),
             revalidated_ms: AtomicU64::new(read_at_ms),
+            written_by,
         }
     }
 

@@ -14,6 +14,7 @@ mod bad_requests;
 mod counting;
 mod guard;
 mod rules;
+mod several;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -30,7 +31,7 @@ use slidegate::server::rls::pb::envoy::service::ratelimit::v3::{
     rate_limit_service_client::RateLimitServiceClient,
 };
 use slidegate::server::rls::{self, Rls, RuleSet};
-use slidegate::{AnyStore, Limiter, ManualClock, MemoryStore};
+use slidegate::{AnyStore, FailureMode, Limiter, ManualClock, MemoryStore};
 use tokio::sync::oneshot;
 use tonic::transport::Channel;
 
@@ -94,11 +95,32 @@ impl TestRls {
     }
 
     async fn start_guarded(store: AnyStore, config: &str, guard: ServerGuard) -> TestRls {
+        let timeout = Duration::from_millis(500);
+        TestRls::start_deciding(store, config, guard, timeout, FailureMode::Allow).await
+    }
+
+    /// For tests that count what a load admitted: the store may take
+    /// seconds on a loaded machine, and a store that does not answer
+    /// refuses (never an admission the counters did not see).
+    async fn start_patient(store: AnyStore, config: &str) -> TestRls {
+        let timeout = Duration::from_secs(5);
+        let guard = ServerGuard::default();
+        TestRls::start_deciding(store, config, guard, timeout, FailureMode::Deny).await
+    }
+
+    async fn start_deciding(
+        store: AnyStore,
+        config: &str,
+        guard: ServerGuard,
+        timeout: Duration,
+        failure_mode: FailureMode,
+    ) -> TestRls {
         // Mid-minute, so no window boundary falls inside a test.
         let clock = ManualClock::new(common::today_ms() + 30_000);
         let limiter = Limiter::builder(store)
             .clock(clock.clone())
-            .timeout(Duration::from_millis(500))
+            .timeout(timeout)
+            .failure_mode(failure_mode)
             .build();
         let mut rules = RuleSet::default();
         rules.add_file("test.yaml", config).unwrap();

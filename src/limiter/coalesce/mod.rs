@@ -66,8 +66,9 @@ use super::boundary::{self, Crossing};
 use super::counters;
 use super::deadline::Deadline;
 use super::owed::Owed;
+use super::remembered::Read;
 use super::{CheckError, Decision, Limiter, Source};
-use crate::near_cache::NearKey;
+use crate::near_cache::{Items, NearKey};
 use crate::policy::Policy;
 use crate::store::{KeyDigest, Store, StoreError};
 use crate::window::{Counting, Verdict};
@@ -337,7 +338,12 @@ impl<S: Store> Limiter<S> {
                         *current = current.saturating_add(kept);
                     }
                 }
-                self.remember(near_key, policy, &seen, after_rollback, least, now_ms);
+                let read = Read {
+                    counts: &seen,
+                    after_rollback,
+                    by: Items::One,
+                };
+                self.remember(near_key, policy, read, least, now_ms);
             } else if kept > 0 || (counting == Counting::Always && adding > 0) {
                 // What the near-cache remembered of the key no longer holds
                 // all its counts: a refusal answered from it would say to
