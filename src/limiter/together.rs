@@ -10,12 +10,16 @@
 //! all batches in flight at once, so the request costs one round trip of
 //! latency; each item is decided by the window arithmetic, and if any
 //! rejects, the increments of all items are taken back, the way a single
-//! check takes back its own.
+//! check takes back its own. A request refused only by other requests'
+//! additions, gone by the time of its take-back, goes once more (`again`).
 
 mod group;
 // Running a request's batches, and taking them back.
 mod take_back;
+// One more try for a refusal that additions since taken back caused.
+mod again;
 
+use self::again::room_after_take_back;
 use self::group::{Group, groups};
 use super::owed::Owed;
 use super::remembered::Read;
@@ -85,6 +89,9 @@ impl<S: Store> Limiter<S> {
             Counting::IfAdmitted
         };
         let mut attempt = 1;
+        // A refusal whose take-back left room for every item, kept while
+        // the request is tried once more (see `again`).
+        let mut refused_first: Option<Vec<(usize, Decision)>> = None;
         let decisions = loop {
             let groups = groups(
                 items,
@@ -97,7 +104,15 @@ impl<S: Store> Limiter<S> {
                 .decide_groups(deadline, items, &groups, counting, false)
                 .await
             {
-                Ok(decisions) => {
+                Ok(Decided {
+                    decisions,
+                    room_after_take_back,
+                }) => {
+                    if room_after_take_back && refused_first.is_none() {
+                        refused_first = Some(decisions);
+                        now_ms = self.clock.now_ms();
+                        continue;
+                    }
                     // Only a request that counted can have raced a boundary
                     // (with every item refused by the near-cache there are
                     // no decisions here, and `all` of none is true).
@@ -137,6 +152,11 @@ impl<S: Store> Limiter<S> {
                 }
                 Err(error) => error,
             };
+            // The store failed the try again: the refusal it answered
+            // stands, rather than the failure mode.
+            if let Some(decisions) = refused_first {
+                break decisions;
+            }
             break match self.failure_mode {
                 FailureMode::Deny => {
                     self.metrics.decision(Source::Fallback, false);
@@ -162,10 +182,12 @@ impl<S: Store> Limiter<S> {
                         )
                     })
                     .collect(),
-                FailureMode::Local => self
-                    .decide_groups(deadline, items, &groups, counting, true)
-                    .await
-                    .map_err(CheckError::StoreUnavailable)?,
+                FailureMode::Local => {
+                    self.decide_groups(deadline, items, &groups, counting, true)
+                        .await
+                        .map_err(CheckError::StoreUnavailable)?
+                        .decisions
+                }
             };
         };
         // Counted: what the near-cache remembered of these keys no longer
@@ -198,7 +220,7 @@ impl<S: Store> Limiter<S> {
         groups: &[Group],
         counting: Counting,
         local: bool,
-    ) -> Result<Vec<(usize, Decision)>, StoreError> {
+    ) -> Result<Decided, StoreError> {
         let source = if local {
             Source::Fallback
         } else {
@@ -278,13 +300,18 @@ impl<S: Store> Limiter<S> {
             counting != Counting::Never && verdicts.iter().flatten().all(|verdict| verdict.allowed);
         // A refused request's additions, every key's, go back in one
         // exchange rather than one round trip per key.
-        let mut after_rollbacks = if admitted {
+        let after_rollbacks = if admitted {
             Vec::new()
         } else {
             let batches: Vec<&CounterBatch> = groups.iter().map(|group| &group.batch).collect();
             self.take_back_all(deadline, &batches, local).await
-        }
-        .into_iter();
+        };
+        // The local counters see no other request's additions in flight.
+        let room_after_take_back = counting == Counting::IfAdmitted
+            && !admitted
+            && !local
+            && room_after_take_back(items, groups, &counts_by_group, &after_rollbacks, now_ms);
+        let mut after_rollbacks = after_rollbacks.into_iter();
         let mut decisions = Vec::new();
         for ((group, counts), verdicts) in groups.iter().zip(&counts_by_group).zip(verdicts) {
             if admitted {
@@ -327,8 +354,18 @@ impl<S: Store> Limiter<S> {
                 decisions.push((index, Decision::new(verdict, source)));
             }
         }
-        Ok(decisions)
+        Ok(Decided {
+            decisions,
+            room_after_take_back,
+        })
     }
+}
+
+/// How the groups of one try were decided.
+struct Decided {
+    decisions: Vec<(usize, Decision)>,
+    /// Refused, and the counts its take-back left admit every item.
+    room_after_take_back: bool,
 }
 
 /// Never needed (every item is decided by the near-cache or by a group); a
