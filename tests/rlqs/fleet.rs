@@ -99,20 +99,7 @@ async fn one_busy_client_takes_what_three_idle_ones_leave() {
 #[tokio::test]
 async fn two_instances_on_one_memcached_share_one_count() {
     let clock = clock();
-    let options = common::memcached_options(vec![common::shared_memcached().addr()]);
-    let mut instances = Vec::new();
-    for _ in 0..2 {
-        let store = MemcachedStore::connect(&options).await.unwrap();
-        instances.push(
-            instance(
-                AnyStore::Memcached(store),
-                &clock,
-                FailureMode::Allow,
-                ServerGuard::default(),
-            )
-            .await,
-        );
-    }
+    let instances = [plain_instance(&clock).await, plain_instance(&clock).await];
     let start = clock.now_ms();
     let addrs: Vec<SocketAddr> = instances.iter().map(|i| i.addr).collect();
     let mut clients = fleet(&addrs, start).await;

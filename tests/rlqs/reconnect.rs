@@ -5,31 +5,16 @@
 
 use std::net::SocketAddr;
 
-use slidegate::config::ServerGuard;
-use slidegate::{AnyStore, Clock, FailureMode, MemcachedStore};
+use slidegate::Clock;
 
 use super::envoy::FakeEnvoy;
 use super::streams::metrics_page;
-use super::{Client, Instance, LIMIT, WINDOW_MS, admitted_between, clock, instance, run};
-use crate::common::{self, wait};
+use super::{Client, Instance, LIMIT, WINDOW_MS, admitted_between, clock, plain_instance, run};
+use crate::common::wait;
 
 /// Two instances on the shared memcached.
 async fn two_instances(clock: &slidegate::ManualClock) -> Vec<Instance> {
-    let options = common::memcached_options(vec![common::shared_memcached().addr()]);
-    let mut instances = Vec::new();
-    for _ in 0..2 {
-        let store = MemcachedStore::connect(&options).await.unwrap();
-        instances.push(
-            instance(
-                AnyStore::Memcached(store),
-                clock,
-                FailureMode::Allow,
-                ServerGuard::default(),
-            )
-            .await,
-        );
-    }
-    instances
+    vec![plain_instance(clock).await, plain_instance(clock).await]
 }
 
 /// Its streams on `server` have all ended, and what ending does is done.
