@@ -55,6 +55,7 @@ pub use builder::LimiterBuilder;
 pub(crate) use counters::Counts;
 use counters::layout;
 use deadline::Deadline;
+#[cfg(feature = "server")]
 pub(crate) use decision::valid_cost;
 use decision::validate;
 pub use decision::{CheckError, Decision, Source};

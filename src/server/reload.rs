@@ -3,10 +3,10 @@
 //! (policies and `[auth]` by [`App::apply`], the connection cap and the API
 //! tokens by the guard, `[rlqs]` but its listener by the RLQS service,
 //! `reload.watch_ms` by the watch loop). A changed file is loaded only once
-//! it holds still (see [`HOLD_STILL`]). A bad file, or one that would take
-//! the token guard or every policy away, keeps the running configuration;
-//! changed keys of [`RESTART_ONLY`] are named in the log and raise
-//! `slidegate_config_restart_pending`.
+//! it holds still: the same bytes read twice, `HOLD_STILL` apart. A bad
+//! file, or one that would take the token guard or every policy away,
+//! keeps the running configuration; changed keys of [`RESTART_ONLY`] are
+//! named in the log and raise `slidegate_config_restart_pending`.
 //!
 //! [`APPLIED_LIVE`]: crate::config::reload::APPLIED_LIVE
 //! [`RESTART_ONLY`]: crate::config::reload::RESTART_ONLY
