@@ -12,7 +12,7 @@ use slidegate::{AnyStore, Clock, FailureMode, MemcachedStore};
 use super::envoy::{self, Enforced, FakeEnvoy};
 use super::{
     Client, INTERVAL_MS, LIMIT, WINDOW_MS, admitted_between, api, clock, fleet, instance,
-    most_in_any_window, plain_instance, run,
+    most_in_any_window, plain_instance, run, sharing_one_count,
 };
 use crate::common;
 
@@ -99,7 +99,7 @@ async fn one_busy_client_takes_what_three_idle_ones_leave() {
 #[tokio::test]
 async fn two_instances_on_one_memcached_share_one_count() {
     let clock = clock();
-    let instances = [plain_instance(&clock).await, plain_instance(&clock).await];
+    let instances = sharing_one_count(&clock, 2).await;
     let start = clock.now_ms();
     let addrs: Vec<SocketAddr> = instances.iter().map(|i| i.addr).collect();
     let mut clients = fleet(&addrs, start).await;

@@ -114,6 +114,26 @@ async fn plain_instance(clock: &ManualClock) -> Instance {
     .await
 }
 
+/// Instances on the shared memcached in one namespace: they share one
+/// count, failing open, no token.
+async fn sharing_one_count(clock: &ManualClock, instances: usize) -> Vec<Instance> {
+    let options = common::memcached_options(vec![common::shared_memcached().addr()]);
+    let mut sharing = Vec::new();
+    for _ in 0..instances {
+        let store = slidegate::MemcachedStore::connect(&options).await.unwrap();
+        sharing.push(
+            instance(
+                AnyStore::Memcached(store),
+                clock,
+                FailureMode::Allow,
+                ServerGuard::default(),
+            )
+            .await,
+        );
+    }
+    sharing
+}
+
 async fn memcached() -> AnyStore {
     AnyStore::Memcached(common::memcached_store().await)
 }

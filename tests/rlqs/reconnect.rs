@@ -9,13 +9,8 @@ use slidegate::Clock;
 
 use super::envoy::FakeEnvoy;
 use super::streams::metrics_page;
-use super::{Client, Instance, LIMIT, WINDOW_MS, admitted_between, clock, plain_instance, run};
+use super::{Client, Instance, LIMIT, WINDOW_MS, admitted_between, clock, run, sharing_one_count};
 use crate::common::wait;
-
-/// Two instances on the shared memcached.
-async fn two_instances(clock: &slidegate::ManualClock) -> Vec<Instance> {
-    vec![plain_instance(clock).await, plain_instance(clock).await]
-}
 
 /// Its streams on `server` have all ended, and what ending does is done.
 async fn streams_ended(server: &Instance) {
@@ -45,7 +40,7 @@ fn rate(client: &Client, from_ms: u64, to_ms: u64) -> f64 {
 #[tokio::test]
 async fn a_stream_that_ends_takes_its_demand_out_of_the_shares_on_every_instance() {
     let clock = clock();
-    let instances = two_instances(&clock).await;
+    let instances = sharing_one_count(&clock, 2).await;
     let addrs: Vec<SocketAddr> = instances.iter().map(|i| i.addr).collect();
     let start = clock.now_ms();
     let asked = 2.0 * LIMIT as f64 / (WINDOW_MS / 1000) as f64;
