@@ -1,7 +1,8 @@
 //! The binary stopping with an RLQS stream open. Envoy keeps its stream for
 //! as long as the server does and reports every few seconds, so a drain
 //! that waits for every stream to end would wait for ever: SIGTERM must end
-//! the process within a bounded drain all the same.
+//! the process within a bounded drain all the same, and the stream end with
+//! UNAVAILABLE, which Envoy retries on another instance.
 
 use std::time::Duration;
 
@@ -35,7 +36,17 @@ async fn sigterm_ends_the_binary_while_a_stream_keeps_reporting() {
         }
     });
     envoy::next(&mut answers).await.unwrap().unwrap();
-    let draining = tokio::spawn(async move { while let Ok(Some(_)) = answers.message().await {} });
+    // How the stream ends: its status and message, or `None` when it just
+    // stops.
+    let draining = tokio::spawn(async move {
+        loop {
+            match answers.message().await {
+                Ok(Some(_)) => {}
+                Ok(None) => return None,
+                Err(status) => return Some((status.code(), status.message().to_owned())),
+            }
+        }
+    });
 
     // Once SIGTERM is received, the RLQS face takes no new call: a new
     // connection is refused, or its stream is (the README's "take no new
@@ -76,11 +87,19 @@ async fn sigterm_ends_the_binary_while_a_stream_keeps_reporting() {
         "a stream opened after SIGTERM was answered: {answered:?}"
     );
 
+    let ended = tokio::time::timeout(Duration::from_secs(10), draining)
+        .await
+        .expect("the open stream ended")
+        .unwrap();
+    // Ended by the drain, not cut with its connection at the bound.
+    let (code, message) = ended.expect("the stream ended with a status");
+    assert_eq!(code, tonic::Code::Unavailable, "{message}");
+    assert!(message.contains("shutting down"), "{message}");
+
     // `stop` requires a clean exit within its bound (15 s).
     let log = tokio::task::spawn_blocking(move || service.stop())
         .await
         .unwrap();
     reporting.abort();
-    draining.abort();
     assert!(log.contains("SIGTERM"), "{log}");
 }

@@ -8,9 +8,11 @@
 //! | `capped` | the listener's connections, under the server's connection cap |
 //! | `codec` | prost's codec, with undecodable requests the caller's error |
 //! | `frames` | a stream's messages framed by hand, in buffers of their own size |
+//! | `ends_streams` | streaming answers ended with UNAVAILABLE when the drain begins |
 
 mod capped;
 pub(crate) mod codec;
+mod ends_streams;
 pub(crate) mod frames;
 
 use std::sync::Arc;
@@ -36,6 +38,46 @@ pub(crate) async fn serve(
     routes: Routes,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), tonic::transport::Error> {
+    serve_service(listener, app, routes.prepare(), shutdown).await
+}
+
+/// [`serve`] for a face whose calls stream answers for as long as the
+/// client keeps them (RLQS): once `shutdown` completes, each such answer
+/// ends with UNAVAILABLE at its next pause (`ends_streams`), so the drain
+/// does not wait for streams that never end.
+pub(crate) async fn serve_streams(
+    listener: TcpListener,
+    app: Arc<App>,
+    routes: Routes,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), tonic::transport::Error> {
+    let (drain, draining) = tokio::sync::watch::channel(false);
+    let service = ends_streams::EndsStreams::new(routes.prepare(), draining);
+    let shutdown = async move {
+        shutdown.await;
+        drain.send_replace(true);
+    };
+    serve_service(listener, app, service, shutdown).await
+}
+
+async fn serve_service<S, ResBody>(
+    listener: TcpListener,
+    app: Arc<App>,
+    service: S,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), tonic::transport::Error>
+where
+    S: tonic::codegen::Service<
+            http::Request<tonic::body::Body>,
+            Response = http::Response<ResBody>,
+            Error = std::convert::Infallible,
+        > + Clone
+        + Send
+        + 'static,
+    S::Future: Send,
+    ResBody: hyper::body::Body<Data = hyper::body::Bytes> + Send + 'static,
+    ResBody::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let incoming = capped::incoming(listener, app.clone());
     // Pings that a live peer answers within its quiet timeout (`capped`).
     let ping_every = app.guard.quiet_timeout() / 3;
@@ -44,8 +86,7 @@ pub(crate) async fn serve(
         // Each connection counts once under the connection cap; what one
         // may carry at once is bounded too (tonic sets no limit).
         .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)
-        .add_routes(routes)
-        .serve_with_incoming_shutdown(incoming, shutdown)
+        .serve_with_incoming_shutdown(service, incoming, shutdown)
         .await
 }
 

@@ -132,5 +132,7 @@ pub async fn serve(
         rlqs: app.rlqs.clone(),
     };
     let routes = tonic::service::Routes::new(RlqsRoute(service));
-    super::grpc::serve(listener, app, routes, shutdown).await
+    // Its streams end with UNAVAILABLE when the drain begins: Envoy would
+    // keep them open for ever.
+    super::grpc::serve_streams(listener, app, routes, shutdown).await
 }
