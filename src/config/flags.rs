@@ -69,6 +69,14 @@ pub struct Overrides {
     /// Counters the embedded in-memory store holds before it evicts [default: 1000000].
     #[arg(long, env = "SLIDEGATE_MEMORY_CAPACITY", value_name = "COUNTERS")]
     pub memory_capacity: Option<u64>,
+    /// After SIGTERM, keep every listener answering this long (`/readyz`
+    /// answers 503 meanwhile) before draining [default: 0].
+    #[arg(long, env = "SLIDEGATE_SHUTDOWN_DELAY_MS", value_name = "MS")]
+    pub shutdown_delay_ms: Option<u64>,
+    /// How long requests and calls in flight get to finish once the
+    /// listeners stop accepting [default: 10000].
+    #[arg(long, env = "SLIDEGATE_DRAIN_TIMEOUT_MS", value_name = "MS")]
+    pub drain_timeout_ms: Option<u64>,
     /// Turn off same-key coalescing (concurrent checks of one key sharing
     /// one store exchange); `SLIDEGATE_COALESCE=false` does the same.
     #[arg(long)]

@@ -35,6 +35,9 @@ pub(super) struct ServerSection {
     api_tokens: Option<Vec<String>>,
     api_tokens_file: Option<PathBuf>,
     metrics_need_token: Option<bool>,
+    /// Resolved by `shutdown.rs`, which owns them.
+    pub(super) shutdown_delay_ms: Option<u64>,
+    pub(super) drain_timeout_ms: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -28,6 +28,7 @@ mod policies;
 pub mod reload;
 pub(crate) mod rlqs;
 pub(crate) mod rls;
+mod shutdown;
 
 pub use auth::AuthConfig;
 pub(crate) use auth::check_deny_status;
@@ -43,6 +44,7 @@ pub use net::IpNet;
 pub use reload::DEFAULT_WATCH;
 pub use rlqs::{BucketRule, RlqsBounds, RlqsConfig, Unmatched};
 pub use rls::DEFAULT_RLS_MAX_DESCRIPTORS;
+pub use shutdown::{DEFAULT_DRAIN_TIMEOUT, ShutdownConfig};
 
 use crate::limiter::FailureMode;
 use crate::policy::Policy;
@@ -129,6 +131,9 @@ pub struct Config {
     pub server: ServerGuard,
     /// Where decisions read the time.
     pub clock_source: ClockSource,
+    /// How long the listeners keep answering after SIGTERM, and how long
+    /// what is in flight then gets.
+    pub shutdown: ShutdownConfig,
 }
 
 /// A configuration that cannot be used; the message says where and why.
@@ -197,6 +202,14 @@ impl Config {
             file_dir.as_deref(),
             !store.servers.is_empty() || store.cluster.discovery.is_some(),
         )?;
+        let shutdown = shutdown::resolve(
+            &origin,
+            overrides,
+            shutdown::ShutdownKeys {
+                delay_ms: file.server.shutdown_delay_ms,
+                drain_timeout_ms: file.server.drain_timeout_ms,
+            },
+        )?;
 
         Ok(Config {
             listen,
@@ -225,6 +238,7 @@ impl Config {
             memory_capacity: guards.memory_capacity,
             server: guards.server,
             clock_source: guards.clock_source,
+            shutdown,
         })
     }
 

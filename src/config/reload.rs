@@ -106,6 +106,8 @@ pub const RESTART_ONLY: &[&str] = &[
     "rlqs.listen",
     "memory.capacity",
     "clock.source",
+    "server.shutdown_delay_ms",
+    "server.drain_timeout_ms",
 ];
 
 /// The configuration the process started with, and how to load the next.
@@ -287,6 +289,7 @@ pub fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'static str>
         memory_capacity,
         server,
         clock_source,
+        shutdown,
     } = running;
     let ClusterConfig {
         discovery,
@@ -357,6 +360,14 @@ pub fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'static str>
         ("rlqs.listen", *rlqs_listen != new.rlqs.listen),
         ("memory.capacity", *memory_capacity != new.memory_capacity),
         ("clock.source", *clock_source != new.clock_source),
+        (
+            "server.shutdown_delay_ms",
+            shutdown.delay != new.shutdown.delay,
+        ),
+        (
+            "server.drain_timeout_ms",
+            shutdown.drain_timeout != new.shutdown.drain_timeout,
+        ),
     ];
     differences
         .into_iter()

@@ -148,7 +148,7 @@ fn every_flag_has_the_environment_twin_its_errors_name() {
         .get_arguments()
         .filter(|arg| arg.get_long().is_some())
         .collect();
-    assert_eq!(flags.len(), 16);
+    assert_eq!(flags.len(), 18);
     for arg in flags {
         let long = arg.get_long().unwrap_or_default();
         if long == "no-coalesce" {

@@ -30,6 +30,8 @@ const ENVIRONMENT: &[&str] = &[
     "SLIDEGATE_RLQS_LISTEN",
     "SLIDEGATE_API_TOKENS",
     "SLIDEGATE_MEMORY_CAPACITY",
+    "SLIDEGATE_SHUTDOWN_DELAY_MS",
+    "SLIDEGATE_DRAIN_TIMEOUT_MS",
 ];
 
 /// How long a stop may take before the process is killed instead.

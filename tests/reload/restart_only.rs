@@ -56,6 +56,9 @@ listen = "127.0.0.1:13"
 capacity = 100
 [clock]
 source = "memcached"
+[server]
+shutdown_delay_ms = 1000
+drain_timeout_ms = 3000
 [policies.new]
 limits = [{{ limit = 1, window = "1h" }}]
 "#,

@@ -81,6 +81,9 @@ listen = "127.0.0.1:9997"
 capacity = 5
 [clock]
 source = "memcached"
+[server]
+shutdown_delay_ms = 5000
+drain_timeout_ms = 2000
 "#;
 
 // Memcached, TLS and RLS keys load only in a build that has them.
