@@ -1,5 +1,5 @@
 //! The `slidegate` binary: parse the flags, load the configuration, bind,
-//! serve until SIGINT or SIGTERM.
+//! serve until SIGINT or SIGTERM, then leave as `server::shutdown` says.
 
 use std::sync::Arc;
 
@@ -7,9 +7,9 @@ use anyhow::Context;
 use clap::Parser;
 use slidegate::config::reload::Reloader;
 use slidegate::config::{Config, Overrides};
+use slidegate::server::shutdown::{self, Face, Signals};
 use slidegate::server::{self, App};
 use tokio::net::TcpListener;
-use tokio::signal::unix::SignalKind;
 use tracing_subscriber::EnvFilter;
 
 #[tokio::main]
@@ -48,7 +48,7 @@ async fn main() -> anyhow::Result<()> {
     // Before it listens: a SIGTERM or SIGHUP that comes as soon as it does
     // must meet these handlers, not the default action (which kills it),
     // and a SIGHUP then must reload it: the watcher reads this stream.
-    let terminate = tokio::signal::unix::signal(SignalKind::terminate());
+    let signals = Signals::register();
     let hangup = server::reload::hangup_stream();
     let listener = TcpListener::bind(config.listen)
         .await
@@ -59,15 +59,20 @@ async fn main() -> anyhow::Result<()> {
     );
     let app = Arc::new(app);
 
-    // One signal stops both faces.
+    // The signal stops every face, after the shutdown delay.
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    tokio::spawn(async move {
-        shutdown_signal(terminate).await;
-        let _ = stop.send(true);
-    });
     let until_stopped = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
         let _ = stopped.wait_for(|stop| *stop).await;
     };
+    let leaving = tokio::spawn({
+        let app = app.clone();
+        let settings = config.shutdown;
+        async move {
+            shutdown::leave(&app, signals, settings.delay).await;
+            let _ = stop.send(true);
+            tokio::time::Instant::now() + settings.drain_timeout
+        }
+    });
     let rls = serve_rls(&config, app.clone(), until_stopped(stopped.clone())).await?;
     let rlqs = serve_rlqs(&config, app.clone(), until_stopped(stopped.clone())).await?;
     tokio::spawn(server::reload::watch(
@@ -76,30 +81,19 @@ async fn main() -> anyhow::Result<()> {
         hangup,
         until_stopped(stopped.clone()),
     ));
-    server::serve(listener, app, until_stopped(stopped)).await?;
-    // The gRPC faces stopped taking calls with the signal. A call in
-    // flight gets this long to finish; an RLQS stream never would (Envoy
-    // keeps it open and reports on it for as long as the server lets it),
-    // so past the bound the faces are closed, and Envoy reconnects
-    // elsewhere.
-    let drained_by = tokio::time::Instant::now() + GRPC_DRAIN;
-    for mut face in [rls, rlqs].into_iter().flatten() {
-        match tokio::time::timeout_at(drained_by, &mut face).await {
-            Ok(ended) => ended.context("a gRPC server task failed")??,
-            Err(_) => {
-                face.abort();
-                tracing::warn!(
-                    "gRPC calls or streams still open {GRPC_DRAIN:?} after the signal: closed"
-                );
-            }
-        }
-    }
-    Ok(())
+    let http: Face = tokio::spawn(async move {
+        server::serve(listener, app, until_stopped(stopped))
+            .await
+            .context("HTTP server")
+    });
+    let drained_by = leaving.await.context("the shutdown task failed")?;
+    let faces = [("HTTP", Some(http)), ("RLS", rls), ("RLQS", rlqs)];
+    let faces = faces
+        .into_iter()
+        .filter_map(|(name, face)| Some((name, face?)))
+        .collect();
+    shutdown::drain(faces, drained_by).await
 }
-
-/// How long the gRPC faces may take to finish what is in flight once
-/// stopped: an RLS call takes milliseconds, an RLQS stream for ever.
-const GRPC_DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
 
 #[cfg(feature = "grpc")]
 fn with_rls(app: App, config: &Config) -> anyhow::Result<App> {
@@ -118,9 +112,6 @@ fn with_rls(app: App, config: &Config) -> anyhow::Result<App> {
 fn with_rls(app: App, _config: &Config) -> anyhow::Result<App> {
     Ok(app)
 }
-
-/// A gRPC face served in its own task.
-type Face = tokio::task::JoinHandle<anyhow::Result<()>>;
 
 /// Bind the RLS listener (when configured) and serve it in a task.
 #[cfg(feature = "grpc")]
@@ -191,22 +182,4 @@ async fn serve_rlqs(
     _shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<Option<Face>> {
     Ok(None)
-}
-
-/// Resolves on the first SIGINT (Ctrl-C) or SIGTERM (`terminate`,
-/// registered before the process listens).
-async fn shutdown_signal(terminate: std::io::Result<tokio::signal::unix::Signal>) {
-    let interrupt = tokio::signal::ctrl_c();
-    let mut terminate = match terminate {
-        Ok(signal) => signal,
-        Err(error) => {
-            tracing::warn!(%error, "cannot listen for SIGTERM; stop with Ctrl-C");
-            let _ = interrupt.await;
-            return;
-        }
-    };
-    tokio::select! {
-        _ = interrupt => tracing::info!("SIGINT received"),
-        _ = terminate.recv() => tracing::info!("SIGTERM received"),
-    }
 }

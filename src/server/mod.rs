@@ -20,6 +20,7 @@ pub mod rlqs;
 pub mod rls;
 mod routes;
 mod served;
+pub mod shutdown;
 
 pub(crate) use live::Live;
 pub use routes::{Access, Methods, ROUTES, Route, RoutePath};
@@ -49,8 +50,6 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 /// How long a client may take to send a request's body. (Its head is
 /// bounded by the quiet timeout: `served`.)
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long shutdown waits for requests in flight.
-const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What the service serves: the limiter, the named policies, forward-auth
 /// settings.
@@ -78,6 +77,8 @@ pub struct App {
     /// [`App::with_rlqs`].
     #[cfg(feature = "grpc")]
     rlqs: Arc<rlqs::Rlqs>,
+    /// Whether a shutdown has begun, and how long its drain may take.
+    leaving: shutdown::Leaving,
 }
 
 impl App {
@@ -128,6 +129,7 @@ impl App {
             rls_max_descriptors: crate::config::DEFAULT_RLS_MAX_DESCRIPTORS,
             #[cfg(feature = "grpc")]
             rlqs,
+            leaving: shutdown::Leaving::default(),
         }
     }
 
@@ -221,6 +223,7 @@ impl App {
         )
         .with_exemptions(config.exemptions.clone());
         app.guard.local_clock = local_clock;
+        app.leaving = shutdown::Leaving::with_drain_timeout(config.shutdown.drain_timeout);
         app = app.with_guard(config.server.clone());
         #[cfg(feature = "grpc")]
         {
@@ -240,7 +243,8 @@ impl App {
 }
 
 /// Serve `app` on `listener` until `shutdown` completes, then stop
-/// accepting and let requests in flight finish (up to 10 s).
+/// accepting and let requests in flight finish (up to
+/// `server.drain_timeout_ms`, 10 s unless configured).
 pub async fn serve(
     listener: TcpListener,
     app: Arc<App>,
@@ -261,7 +265,15 @@ pub async fn serve(
                 let app = app.clone();
                 let serving = activity.serving();
                 async move {
-                    let response = routes::handle(&app, request, peer).await;
+                    let mut response = routes::handle(&app, request, peer).await;
+                    if app.leaving.begun() {
+                        // The client's next request goes on a new
+                        // connection, where the load balancer sends it
+                        // now: not on this one, which the drain closes.
+                        response
+                            .headers_mut()
+                            .insert(hyper::header::CONNECTION, CLOSE.clone());
+                    }
                     app.metrics.answered(response.status());
                     drop(serving);
                     Ok::<_, std::convert::Infallible>(response)
@@ -296,10 +308,13 @@ pub async fn serve(
     drain.begin();
     tokio::select! {
         () = drain.finished() => tracing::info!("all connections closed"),
-        () = tokio::time::sleep(DRAIN_TIMEOUT) => tracing::warn!("gave up waiting for connections"),
+        () = tokio::time::sleep(app.leaving.drain_timeout()) => tracing::warn!("gave up waiting for connections"),
     }
     Ok(())
 }
+
+/// `Connection: close`, answered while the process is leaving.
+static CLOSE: hyper::header::HeaderValue = hyper::header::HeaderValue::from_static("close");
 
 /// The address a listener is bound to, for logs.
 pub fn describe(listener: &TcpListener) -> String {

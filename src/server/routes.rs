@@ -268,9 +268,21 @@ pub(super) fn check_error(error: CheckError) -> Response<Body> {
 /// nodes, while any answers (a lost node costs only its own keys; taking
 /// every replica out of the load balancer would cost all of them, and
 /// under `deny` too, since every replica shares the same nodes). The body
-/// names each node and whether it answered.
+/// names each node and whether it answered. Unready, at once, once a
+/// shutdown has begun (`shutdown.rs`).
 async fn ready(app: &App) -> Response<Body> {
     let store = crate::store::Store::kind(app.limiter.store());
+    if app.leaving.begun() {
+        // Not asking the store: whatever it says, this instance is going.
+        return api::json(
+            StatusCode::SERVICE_UNAVAILABLE,
+            serde_json::json!({
+                "status": "unavailable",
+                "store": store,
+                "error": "shutting down",
+            }),
+        );
+    }
     let readiness = app.limiter.readiness().await;
     let (status, mut body) = match &readiness.result {
         Ok(()) => (
