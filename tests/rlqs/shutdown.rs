@@ -103,3 +103,62 @@ async fn sigterm_ends_the_binary_while_a_stream_keeps_reporting() {
     reporting.abort();
     assert!(log.contains("SIGTERM"), "{log}");
 }
+
+/// With a shutdown delay the RLQS face keeps answering through it, a
+/// stream opened after the signal included; when the delay ends every
+/// stream ends with UNAVAILABLE and the binary exits cleanly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_delay_streams_are_answered_through_it_then_end_unavailable() {
+    let rlqs = process::free_addr();
+    let config = format!(
+        "[server]\nshutdown_delay_ms = 3000\n\n[rlqs]\nlisten = \"{rlqs}\"\n\n\
+         [[rlqs.buckets]]\ndomain = \"envoy\"\nmatch = {{ name = \"api\" }}\nlimit = 100\n\
+         window = \"10s\"\n"
+    );
+    let service = Slidegate::start_with_file("rlqs-shutdown-delay", &config, &[], &[rlqs]);
+    let report = || RateLimitQuotaUsageReports {
+        domain: "envoy".into(),
+        bucket_quota_usages: vec![envoy::usage(&labels(&[("name", "api")]), 1, 0, 1)],
+    };
+    let (before, mut before_answers) = envoy::open(rlqs, None).await.unwrap();
+    before.send(report()).await.unwrap();
+    envoy::next(&mut before_answers).await.unwrap().unwrap();
+
+    service.signal(libc::SIGTERM);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !service.log().contains("SIGTERM received") {
+        assert!(std::time::Instant::now() < deadline, "{}", service.log());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Inside the delay: the open stream is answered, and a new one too.
+    before.send(report()).await.unwrap();
+    envoy::next(&mut before_answers).await.unwrap().unwrap();
+    let (after, mut after_answers) = envoy::open(rlqs, None).await.unwrap();
+    after.send(report()).await.unwrap();
+    envoy::next(&mut after_answers).await.unwrap().unwrap();
+    assert!(
+        !service.log().contains("shutdown delay over"),
+        "the delay ended before the streams were answered: too loaded a machine?"
+    );
+
+    for answers in [&mut before_answers, &mut after_answers] {
+        // Bounded: no report is sent now, so an answer or two at most.
+        let mut ended = None;
+        for _ in 0..10 {
+            match envoy::next(answers).await {
+                Ok(Some(_)) => {}
+                Ok(None) => panic!("the stream ended without a status"),
+                Err(status) => {
+                    ended = Some(status);
+                    break;
+                }
+            }
+        }
+        let ended = ended.expect("the stream ended");
+        assert_eq!(ended.code(), tonic::Code::Unavailable, "{ended:?}");
+    }
+    let log = tokio::task::spawn_blocking(move || service.stop())
+        .await
+        .unwrap();
+    assert!(log.contains("shutdown delay over"), "{log}");
+}
