@@ -262,3 +262,31 @@ async fn a_request_in_flight_at_the_end_of_the_delay_is_answered_and_the_exit_is
         "{log}"
     );
 }
+
+/// A second signal, SIGTERM or SIGINT, ends the delay at once: an operator
+/// need not wait out a long one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_signal_ends_the_delay_at_once() {
+    for second in [libc::SIGTERM, libc::SIGINT] {
+        let mut service = start("shutdown-second-signal", 600_000, 10_000);
+        service.signal(libc::SIGTERM);
+        common::wait::wait_for("the first signal", Duration::from_secs(10), || {
+            let seen = service.log().contains("SIGTERM received");
+            async move { seen }
+        })
+        .await;
+        assert!(service.is_running());
+        service.signal(second);
+        let signalled = Instant::now();
+        // Far below the ten-minute delay; generous for a loaded machine.
+        while service.is_running() {
+            assert!(
+                signalled.elapsed() < Duration::from_secs(10),
+                "the second signal did not end the delay"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let log = service.stop();
+        assert!(log.contains("received again: draining now"), "{log}");
+    }
+}
