@@ -22,6 +22,9 @@ async fn main() -> anyhow::Result<()> {
         )
         .init();
     let overrides = Overrides::parse();
+    if overrides.check {
+        check_and_exit(&overrides);
+    }
     let config = Config::load(&overrides)?;
     let app = App::from_config(&config)
         .await
@@ -93,6 +96,25 @@ async fn main() -> anyhow::Result<()> {
         .filter_map(|(name, face)| Some((name, face?)))
         .collect();
     shutdown::drain(faces, drained_by).await
+}
+
+/// `--check`: the summary and exit 0, or the error a start would stop
+/// with and exit 1; printed plainly, never with a backtrace, since it is
+/// for a person or a CI log.
+fn check_and_exit(overrides: &Overrides) -> ! {
+    let checked = Config::load(overrides)
+        .map_err(|error| error.to_string())
+        .and_then(|config| slidegate::config::check(&config));
+    match checked {
+        Ok(summary) => {
+            print!("{summary}");
+            std::process::exit(0)
+        }
+        Err(error) => {
+            eprintln!("error: {error}");
+            std::process::exit(1)
+        }
+    }
 }
 
 #[cfg(feature = "grpc")]

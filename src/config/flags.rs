@@ -12,6 +12,12 @@ use std::path::PathBuf;
     about = "Sliding-window rate limiter on Memcached"
 )]
 pub struct Overrides {
+    /// Load and check everything a start would (the file, the environment,
+    /// the flags, the RLS rules, the tokens and CA files), contact
+    /// nothing, print what would run and exit: 0 if it would start, 1 with
+    /// the error if not.
+    #[arg(long)]
+    pub check: bool,
     /// TOML configuration file.
     #[arg(long, env = "SLIDEGATE_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,

@@ -15,6 +15,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 mod auth;
+mod check;
 mod cluster;
 mod exempt;
 mod failure;
@@ -32,6 +33,7 @@ mod shutdown;
 
 pub use auth::AuthConfig;
 pub(crate) use auth::check_deny_status;
+pub use check::check;
 pub use cluster::{ClusterConfig, TlsConfig};
 pub use exempt::{Exemptions, KeyPatterns};
 pub use failure::parse_failure_mode;

@@ -106,6 +106,14 @@ impl Dialer {
     }
 }
 
+/// Build the TLS client the connections would use (its CA file read, or
+/// the system's roots found) without dialling anything: what
+/// `slidegate --check` runs so that a bad CA file fails the check as it
+/// would fail the start.
+pub fn check_tls(options: &TlsOptions) -> Result<(), String> {
+    Dialer::new(Duration::ZERO, Some(options)).map(|_| ())
+}
+
 /// The host part of `host:port` or `[v6]:port`.
 #[cfg(feature = "tls")]
 fn host_of(addr: &str) -> &str {

@@ -47,7 +47,7 @@ use crate::join::start_now;
 use crate::policy::{PLAIN_NAME_RULE, is_plain_name};
 
 pub use self::clock::MemcachedClock;
-pub use self::dial::TlsOptions;
+pub use self::dial::{TlsOptions, check_tls};
 pub use self::options::{DEFAULT_DRAIN_TIMEOUT, DEFAULT_QUEUE_DEPTH, MemcachedOptions};
 pub use self::readiness::READINESS_REUSE;
 pub use self::route::DigestRendezvous;
