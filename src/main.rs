@@ -6,30 +6,39 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::Parser;
 use slidegate::config::reload::Reloader;
-use slidegate::config::{Config, Overrides};
+use slidegate::config::{
+    Config, LogFormat, Overrides, check_command, early_log_format, install_logging,
+};
 use slidegate::server::shutdown::{self, Face, Signals};
 use slidegate::server::{self, App};
 use tokio::net::TcpListener;
-use tracing_subscriber::EnvFilter;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        // Colour codes only for a person at a terminal, not in log files.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
-        )
-        .init();
     let overrides = Overrides::parse();
+    let format = early_log_format(&overrides);
+    install_logging(format);
     if overrides.check {
-        check_and_exit(&overrides);
+        std::process::exit(check_command(&overrides, format));
     }
+    match run(overrides).await {
+        // A log pipeline reads JSON only: the error that stops the start
+        // is a log line like any other, not Rust's `Error: ...` print.
+        Err(error) if format == LogFormat::Json => {
+            tracing::error!(error = format!("{error:#}"), "cannot start");
+            std::process::exit(1)
+        }
+        ended => ended,
+    }
+}
+
+async fn run(overrides: Overrides) -> anyhow::Result<()> {
     let config = Config::load(&overrides)?;
     let app = App::from_config(&config)
         .await
         .context("cannot set up the Memcached store")?;
     let app = with_rls(app, &config)?;
+    app.log_refusals(config.log.refusals_per_s);
 
     // The configuration gives the nodes one way: a list, or an endpoint.
     if let Some(endpoint) = &config.cluster.discovery {
@@ -96,25 +105,6 @@ async fn main() -> anyhow::Result<()> {
         .filter_map(|(name, face)| Some((name, face?)))
         .collect();
     shutdown::drain(faces, drained_by).await
-}
-
-/// `--check`: the summary and exit 0, or the error a start would stop
-/// with and exit 1; printed plainly, never with a backtrace, since it is
-/// for a person or a CI log.
-fn check_and_exit(overrides: &Overrides) -> ! {
-    let checked = Config::load(overrides)
-        .map_err(|error| error.to_string())
-        .and_then(|config| slidegate::config::check(&config));
-    match checked {
-        Ok(summary) => {
-            print!("{summary}");
-            std::process::exit(0)
-        }
-        Err(error) => {
-            eprintln!("error: {error}");
-            std::process::exit(1)
-        }
-    }
 }
 
 #[cfg(feature = "grpc")]

@@ -6,7 +6,31 @@
 
 use std::fmt::Write as _;
 
-use super::Config;
+use super::{Config, LogFormat, Overrides};
+
+/// `slidegate --check`: the summary and 0 (the exit status), or the error
+/// a start would stop with and 1; printed plainly, never with a backtrace, since it is
+/// for a person or a CI log.
+pub fn check_command(overrides: &Overrides, format: LogFormat) -> i32 {
+    let checked = Config::load(overrides)
+        .map_err(|error| error.to_string())
+        .and_then(|config| check(&config));
+    // In JSON the summary and the error are log events, so that a log
+    // pipeline running the check reads only JSON.
+    match (checked, format) {
+        (Ok(summary), LogFormat::Text) => print!("{summary}"),
+        (Ok(summary), LogFormat::Json) => tracing::info!(summary, "configuration OK"),
+        (Err(error), LogFormat::Text) => {
+            eprintln!("error: {error}");
+            return 1;
+        }
+        (Err(error), LogFormat::Json) => {
+            tracing::error!(error, "configuration refused");
+            return 1;
+        }
+    }
+    0
+}
 
 /// Load what a start would load beyond the configuration itself and
 /// describe what would run; the error is the one a start would stop with.

@@ -83,6 +83,13 @@ pub struct Overrides {
     /// listeners stop accepting [default: 10000].
     #[arg(long, env = "SLIDEGATE_DRAIN_TIMEOUT_MS", value_name = "MS")]
     pub drain_timeout_ms: Option<u64>,
+    /// Log lines as `text` or `json` (one object a line) [default: text].
+    #[arg(long, env = "SLIDEGATE_LOG_FORMAT", value_name = "text|json")]
+    pub log_format: Option<String>,
+    /// Refused decisions logged a second, the rest only counted; 0 turns
+    /// it off [default: 0].
+    #[arg(long, env = "SLIDEGATE_LOG_REFUSALS_PER_S", value_name = "N")]
+    pub log_refusals_per_s: Option<u32>,
     /// Turn off same-key coalescing (concurrent checks of one key sharing
     /// one store exchange); `SLIDEGATE_COALESCE=false` does the same.
     #[arg(long)]

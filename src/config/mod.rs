@@ -22,6 +22,7 @@ mod failure;
 mod flags;
 mod guard;
 mod limits;
+mod log;
 mod memcached;
 mod near_cache;
 mod net;
@@ -33,7 +34,7 @@ mod shutdown;
 
 pub use auth::AuthConfig;
 pub(crate) use auth::check_deny_status;
-pub use check::check;
+pub use check::{check, check_command};
 pub use cluster::{ClusterConfig, TlsConfig};
 pub use exempt::{Exemptions, KeyPatterns};
 pub use failure::parse_failure_mode;
@@ -41,6 +42,7 @@ pub use flags::Overrides;
 pub use guard::{
     ApiTokens, ClockSource, DEFAULT_MAX_CONNECTIONS, DEFAULT_QUIET_TIMEOUT, ServerGuard,
 };
+pub use log::{LogConfig, LogFormat, early_log_format, install_logging, parse_log_format};
 use memcached::MemcachedSection;
 pub use net::IpNet;
 pub use reload::DEFAULT_WATCH;
@@ -87,6 +89,8 @@ struct FileConfig {
     server: guard::ServerSection,
     #[serde(default)]
     clock: guard::ClockSection,
+    #[serde(default)]
+    log: log::LogSection,
 }
 
 /// The validated configuration.
@@ -136,6 +140,8 @@ pub struct Config {
     /// How long the listeners keep answering after SIGTERM, and how long
     /// what is in flight then gets.
     pub shutdown: ShutdownConfig,
+    /// How lines are written, and how many refusals a second are logged.
+    pub log: LogConfig,
 }
 
 /// A configuration that cannot be used; the message says where and why.
@@ -195,6 +201,7 @@ impl Config {
         let rls = rls::resolve(&origin, &file.rls, overrides, file_dir.as_deref())?;
         let rlqs = rlqs::resolve(&origin, overrides, &file.rlqs, max_counters)?;
         let watch = reload::resolve_watch(&origin, &file.reload)?;
+        let log = log::resolve(&origin, &file.log, overrides)?;
         let guards = guard::resolve(
             &origin,
             overrides,
@@ -241,6 +248,7 @@ impl Config {
             server: guards.server,
             clock_source: guards.clock_source,
             shutdown,
+            log,
         })
     }
 

@@ -108,6 +108,8 @@ pub const RESTART_ONLY: &[&str] = &[
     "clock.source",
     "server.shutdown_delay_ms",
     "server.drain_timeout_ms",
+    "log.format",
+    "log.refusals_per_s",
 ];
 
 /// The configuration the process started with, and how to load the next.
@@ -290,6 +292,7 @@ pub fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'static str>
         server,
         clock_source,
         shutdown,
+        log,
     } = running;
     let ClusterConfig {
         discovery,
@@ -367,6 +370,11 @@ pub fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'static str>
         (
             "server.drain_timeout_ms",
             shutdown.drain_timeout != new.shutdown.drain_timeout,
+        ),
+        ("log.format", log.format != new.log.format),
+        (
+            "log.refusals_per_s",
+            log.refusals_per_s != new.log.refusals_per_s,
         ),
     ];
     differences

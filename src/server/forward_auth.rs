@@ -9,6 +9,7 @@ use hyper::{HeaderMap, Request, Response, StatusCode};
 
 use super::answer;
 use super::api::{self, Body};
+use super::ops::Face;
 use super::routes::check_error;
 use super::{App, Live};
 use crate::config::check_deny_status;
@@ -114,14 +115,14 @@ async fn authorize(
             Ok(decision) => decision,
             Err(error) => return check_error(error),
         };
-        app.ops.decided(policy.scope(), &key, &decision);
+        app.decided(Face::ForwardAuth, policy.scope(), &key, &decision);
         return api::respond(StatusCode::OK, Bytes::new(), |_| {});
     }
     let decision = match app.limiter.check(&key, policy, cost).await {
         Ok(decision) => decision,
         Err(error) => return check_error(error),
     };
-    app.ops.decided(policy.scope(), &key, &decision);
+    app.decided(Face::ForwardAuth, policy.scope(), &key, &decision);
     let (status, body) = if decision.allowed {
         (StatusCode::OK, Bytes::new())
     } else {

@@ -49,6 +49,7 @@ pub(crate) struct ServerMetrics {
     usual_answers: [OnceLock<Counter>; 2],
     reloads: [Counter; 2],
     restart_pending: Gauge,
+    refusals_not_logged: Counter,
 }
 
 impl ServerMetrics {
@@ -75,12 +76,19 @@ impl ServerMetrics {
             "1 while the last reloaded file differs from the running process in a key that only a restart applies (the log names each)",
             restart_pending.clone(),
         );
+        let refusals_not_logged = Counter::default();
+        registry.register(
+            "slidegate_refusals_not_logged",
+            "Refused decisions not logged because log.refusals_per_s were already logged that second",
+            refusals_not_logged.clone(),
+        );
         ServerMetrics {
             registry,
             answers,
             usual_answers: Default::default(),
             reloads,
             restart_pending,
+            refusals_not_logged,
         }
     }
 
@@ -89,6 +97,11 @@ impl ServerMetrics {
     #[cfg(any(feature = "grpc", feature = "memcached"))]
     pub fn registry_mut(&mut self) -> &mut Registry {
         &mut self.registry
+    }
+
+    /// Refusals past `log.refusals_per_s` in their second.
+    pub fn refusals_not_logged(&self) -> &Counter {
+        &self.refusals_not_logged
     }
 
     pub fn answered(&self, status: StatusCode) {

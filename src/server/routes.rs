@@ -11,7 +11,7 @@ use super::answer;
 use super::api::{self, Body, Call};
 use super::body::read_body;
 use super::forward_auth::{forward_auth, forward_auth_path};
-use super::ops;
+use super::ops::{self, Face};
 use super::{App, Live};
 use crate::limiter::{CheckError, Source};
 
@@ -221,7 +221,7 @@ async fn decide(
         };
         // As for any key: the status page counts the decisions of checks.
         if let Operation::Check = operation {
-            app.ops.decided(policy.scope(), &key, &decision);
+            app.decided(Face::Check, policy.scope(), &key, &decision);
         }
         // No RateLimit headers: the limits do not apply to this key.
         return api::respond(StatusCode::OK, answer::decision_json(&decision), |_| {});
@@ -236,7 +236,7 @@ async fn decide(
         Err(error) => return check_error(error),
     };
     if let Operation::Check = operation {
-        app.ops.decided(policy.scope(), &key, &decision);
+        app.decided(Face::Check, policy.scope(), &key, &decision);
     }
     let status = match operation {
         Operation::Report => StatusCode::OK,

@@ -32,6 +32,8 @@ const ENVIRONMENT: &[&str] = &[
     "SLIDEGATE_MEMORY_CAPACITY",
     "SLIDEGATE_SHUTDOWN_DELAY_MS",
     "SLIDEGATE_DRAIN_TIMEOUT_MS",
+    "SLIDEGATE_LOG_FORMAT",
+    "SLIDEGATE_LOG_REFUSALS_PER_S",
 ];
 
 /// How long a stop may take before the process is killed instead.

@@ -84,6 +84,9 @@ source = "memcached"
 [server]
 shutdown_delay_ms = 5000
 drain_timeout_ms = 2000
+[log]
+format = "json"
+refusals_per_s = 3
 "#;
 
 // Memcached, TLS and RLS keys load only in a build that has them.

@@ -5,8 +5,10 @@
 //! /openapi.json`).
 
 mod recent;
+mod refusal_log;
 mod top_refused;
 
+pub(crate) use refusal_log::Face;
 pub use top_refused::{DEFAULT_CAPACITY, Refused, TopRefused};
 
 use std::sync::Mutex;
@@ -37,6 +39,7 @@ const STATUS_PAGE: &str = include_str!("status.html");
 pub(crate) struct Ops {
     top: Mutex<TopRefused>,
     recent: RecentDecisions,
+    refusals: refusal_log::RefusalLog,
 }
 
 impl Default for Ops {
@@ -44,7 +47,32 @@ impl Default for Ops {
         Ops {
             top: Mutex::new(TopRefused::new(DEFAULT_CAPACITY)),
             recent: RecentDecisions::default(),
+            refusals: refusal_log::RefusalLog::default(),
         }
+    }
+}
+
+impl App {
+    /// One decision of a check or forward-auth, from whichever face: kept
+    /// for the status page and `/v1/limited`, and a refusal logged at the
+    /// rate `log.refusals_per_s` allows. The one place these decisions
+    /// pass through, so no face logs its own.
+    pub(crate) fn decided(&self, face: Face, policy: &str, key: &str, decision: &Decision) {
+        self.ops.decided(policy, key, decision);
+        if !decision.allowed {
+            self.ops.refusals.refused(
+                face,
+                policy,
+                key,
+                decision,
+                self.metrics.refusals_not_logged(),
+            );
+        }
+    }
+
+    /// Log at most `per_second` refused decisions a second (0: none).
+    pub fn log_refusals(&self, per_second: u32) {
+        self.ops.refusals.set_per_second(per_second);
     }
 }
 
@@ -52,7 +80,7 @@ impl Ops {
     /// One decision of a check or forward-auth: counted for the page, and
     /// a refusal (or a shadow policy's would-be refusal) for the most
     /// limited keys.
-    pub fn decided(&self, policy: &str, key: &str, decision: &Decision) {
+    fn decided(&self, policy: &str, key: &str, decision: &Decision) {
         let now_ms = SystemClock.now_ms();
         let kind = Kind::of(decision);
         self.recent.count(policy, kind, now_ms);
