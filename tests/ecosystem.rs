@@ -442,3 +442,78 @@ fn the_image_runs_as_a_user_and_its_healthcheck_asks_the_service() {
     drop(service);
     assert!(!run(&argv), "unhealthy once it is gone");
 }
+
+/// The image's runtime stage carries the CA certificates (installed alone,
+/// apt's lists removed), so TLS with the system's roots works in it.
+#[test]
+fn the_image_carries_ca_certificates() {
+    let dockerfile = read("docker/Dockerfile");
+    let last_stage = dockerfile.rsplit("\nFROM ").next().unwrap();
+    // The RUN instruction, its continuation lines joined.
+    let install = last_stage
+        .replace("\\\n", " ")
+        .lines()
+        .find(|line| line.starts_with("RUN ") && line.contains("apt-get install"))
+        .map(str::to_owned)
+        .expect("the runtime stage installs packages");
+    for part in [
+        "apt-get update",
+        "--no-install-recommends",
+        "ca-certificates",
+        "rm -rf /var/lib/apt/lists/*",
+    ] {
+        assert!(install.contains(part), "{part:?} not in {install:?}");
+    }
+    assert!(
+        dockerfile.contains("Read-only root filesystem"),
+        "the Dockerfile says the image runs with a read-only root filesystem"
+    );
+}
+
+/// What the certificates are for: the binary finds the system's roots
+/// (rustls-native-certs) where `/etc/ssl/certs` has them, as in the image.
+/// `--check` builds the TLS client a start would; a start with TLS and no
+/// CA file gets past its TLS set-up and listens. Without roots (the slim
+/// base before this change, here an empty certificate directory) the
+/// check fails naming the cure.
+#[test]
+fn tls_with_the_system_roots_starts_where_certificates_exist() {
+    if !Path::new("/etc/ssl/certs").is_dir() {
+        eprintln!("SKIPPED: no /etc/ssl/certs on this machine (install ca-certificates)");
+        return;
+    }
+    let memcached = process::free_addr().to_string();
+    let tls_args = ["--memcached", memcached.as_str(), "--memcached-tls"];
+    let mut check = common::service::Slidegate::command();
+    check.arg("--check").args(tls_args);
+    let output = process::output_within(check, PATIENCE);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("TLS (system roots)"), "{stdout}");
+
+    let empty = process::temp_dir("no-roots");
+    let mut without_roots = common::service::Slidegate::command();
+    without_roots
+        .arg("--check")
+        .args(tls_args)
+        .env("SSL_CERT_FILE", empty.join("none.pem"))
+        .env("SSL_CERT_DIR", &empty);
+    let output = process::output_within(without_roots, PATIENCE);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("no system CA certificates found"),
+        "{stderr}"
+    );
+
+    // A real start on the system's roots: it listens (the store, absent,
+    // is the failure mode's to decide).
+    let mut start = common::service::Slidegate::command();
+    start.args(tls_args);
+    let service = common::service::Slidegate::start("system-roots", start);
+    drop(service);
+}
