@@ -8,7 +8,9 @@ use std::path::PathBuf;
 #[derive(Clone, Debug, Default, clap::Parser)]
 #[command(
     name = "slidegate",
-    version,
+    // The crate version, and the commit when built from a checkout
+    // (build.rs).
+    version = env!("SLIDEGATE_VERSION"),
     about = "Sliding-window rate limiter on Memcached"
 )]
 pub struct Overrides {
