@@ -32,6 +32,7 @@ async fn main() -> anyhow::Result<()> {
     }
 }
 
+/// Load the configuration, build the service, bind, serve until a signal.
 async fn run(overrides: Overrides) -> anyhow::Result<()> {
     let config = Config::load(&overrides)?;
     let app = App::from_config(&config)

@@ -2,7 +2,7 @@
 //! `--log-format json` every line the process writes (start-up, a check,
 //! refusals, a refused reload, a failing store) is one JSON object with a
 //! timestamp, level, target and message; and `log.refusals_per_s` bounds
-//! the refusal lines, the rest counted in a metric.
+//! the refusal lines, the rest counted in a metric, and applies live.
 
 mod common;
 
@@ -95,6 +95,43 @@ refusals_per_s = 2
         not_logged as u64 + logged,
         50,
         "every refusal logged or counted"
+    );
+
+    // The rate applies live: a reload turns the refusal log off, and
+    // further refusals are neither logged nor counted as unlogged.
+    let config_file = service.dir.join("slidegate.toml");
+    std::fs::write(
+        &config_file,
+        config.replace("refusals_per_s = 2", "refusals_per_s = 0"),
+    )
+    .unwrap();
+    service.signal(libc::SIGHUP);
+    wait_for(
+        "the reload that turns the refusal log off",
+        PATIENCE,
+        || async {
+            service
+                .metrics()
+                .await
+                .get("slidegate_config_reloads_total{result=\"ok\"}")
+                .is_some_and(|ok| ok >= 1.0)
+        },
+    )
+    .await;
+    for _ in 0..10 {
+        assert_eq!(check(service.addr, "flooder").await, 429);
+    }
+    let refusals_now = parsed_lines(&service.log())
+        .iter()
+        .filter(|line| message(line) == "refused")
+        .count() as u64;
+    assert_eq!(refusals_now, logged, "no refusal logged once turned off");
+    assert_eq!(
+        service
+            .metrics()
+            .await
+            .value("slidegate_refusals_not_logged_total"),
+        not_logged
     );
 
     // A reload refused: a broken file, SIGHUP.

@@ -1,7 +1,8 @@
 //! The `[log]` section: how lines are written (text for a person, JSON for
 //! a log pipeline) and how many refused decisions a second are logged.
-//! Restart only: the log's writer is installed once, before anything is
-//! logged, and the refusal rate is set when the service is built.
+//! `format` is restart-only: the log's writer is installed once, before
+//! anything is logged. `refusals_per_s` applies live, so that an engineer
+//! on call can turn refusal logging on (or down) without a restart.
 
 use serde::Deserialize;
 

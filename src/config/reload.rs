@@ -16,7 +16,8 @@ use serde::Deserialize;
 use self::files::{read_all, rule_files, watched};
 use self::kept::InForce;
 use super::{
-    ClusterConfig, Config, ConfigError, Origin, Overrides, RlqsConfig, ServerGuard, TlsConfig,
+    ClusterConfig, Config, ConfigError, LogConfig, Origin, Overrides, RlqsConfig, ServerGuard,
+    TlsConfig,
 };
 
 mod files;
@@ -73,6 +74,7 @@ pub const APPLIED_LIVE: &[&str] = &[
     "rlqs.max_label_value_bytes",
     "rlqs.max_tracked_bytes",
     "rlqs.buckets",
+    "log.refusals_per_s",
 ];
 
 /// Every key that only a restart applies: the listeners, the store and
@@ -109,7 +111,6 @@ pub const RESTART_ONLY: &[&str] = &[
     "server.shutdown_delay_ms",
     "server.drain_timeout_ms",
     "log.format",
-    "log.refusals_per_s",
 ];
 
 /// The configuration the process started with, and how to load the next.
@@ -294,6 +295,11 @@ pub fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'static str>
         shutdown,
         log,
     } = running;
+    let LogConfig {
+        format: log_format,
+        // Applied live: the rate is read at each refusal.
+        refusals_per_s: _,
+    } = log;
     let ClusterConfig {
         discovery,
         discovery_interval,
@@ -371,11 +377,7 @@ pub fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'static str>
             "server.drain_timeout_ms",
             shutdown.drain_timeout != new.shutdown.drain_timeout,
         ),
-        ("log.format", log.format != new.log.format),
-        (
-            "log.refusals_per_s",
-            log.refusals_per_s != new.log.refusals_per_s,
-        ),
+        ("log.format", *log_format != new.log.format),
     ];
     differences
         .into_iter()

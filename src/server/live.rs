@@ -76,11 +76,13 @@ impl App {
 
     /// Put in force everything of a reloaded configuration that applies
     /// live: the policies, forward-auth, exemptions and API tokens (one
-    /// swap), the connection cap and the RLQS settings. What a reload
-    /// changes is decided here, in one place, for every face.
+    /// swap), the connection cap, the refusal log's rate and the RLQS
+    /// settings. What a reload changes is decided here, in one place, for
+    /// every face.
     pub fn apply_live(&self, config: &Config) {
         self.apply_config(config);
         self.guard.apply(&config.server);
+        self.log_refusals(config.log.refusals_per_s);
         #[cfg(feature = "grpc")]
         self.apply_rlqs(&config.rlqs);
     }

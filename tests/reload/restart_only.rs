@@ -61,7 +61,6 @@ shutdown_delay_ms = 1000
 drain_timeout_ms = 3000
 [log]
 format = "json"
-refusals_per_s = 3
 [policies.new]
 limits = [{{ limit = 1, window = "1h" }}]
 "#,

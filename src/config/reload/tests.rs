@@ -86,7 +86,6 @@ shutdown_delay_ms = 5000
 drain_timeout_ms = 2000
 [log]
 format = "json"
-refusals_per_s = 3
 "#;
 
 // Memcached, TLS and RLS keys load only in a build that has them.
@@ -146,6 +145,8 @@ unmatched = "deny"
 match = { name = "api" }
 limit = 10
 window = "1m"
+[log]
+refusals_per_s = 7
 "#,
     );
     assert_eq!(restart_only_changes(&running, &changed), Vec::<&str>::new());
