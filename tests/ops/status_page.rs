@@ -35,18 +35,42 @@ async fn the_status_page_renders_in_headless_chromium() {
         "no external assets"
     );
 
+    let url = format!("http://{}/#token={TOKEN}", service.addr);
+    let Some(dom) = rendered(
+        "the_status_page_renders_in_headless_chromium",
+        &url,
+        "page-client",
+    )
+    .await
+    else {
+        return;
+    };
+    // Text only the page's script writes, from /v1/status.
+    for expected in [
+        "embedded (in memory)",
+        "1 per 1m, 100 per 1h (precision 6)",
+        "page-client",
+        "&lt;b&gt;not-html&lt;/b&gt;",
+    ] {
+        assert!(dom.contains(expected), "{expected:?} not in {dom}");
+    }
+    assert!(!dom.contains("<b>not-html"), "a key was written as HTML");
+    assert!(
+        dom.contains("<p id=\"problem\"></p>"),
+        "the page reports a problem: {dom}"
+    );
+    assert!(!dom.contains("Updated <span id=\"updated\">never"), "{dom}");
+}
+
+/// The DOM headless Chromium renders from `url` once it contains `awaited`
+/// (text only the page's script writes), or `None` when Chromium is not
+/// installed and the test may skip (never under CI=true).
+pub(super) async fn rendered(test: &str, url: &str, awaited: &str) -> Option<String> {
     let found = tokio::task::spawn_blocking(|| tools::debian("chromium", "chromium"))
         .await
         .unwrap();
-    let Some(chromium) = tools::require(
-        "the_status_page_renders_in_headless_chromium",
-        "chromium",
-        found,
-    ) else {
-        return;
-    };
+    let chromium = tools::require(test, "chromium", found)?;
     let profile = common::process::temp_dir("slidegate-chromium");
-    let url = format!("http://{}/#token={TOKEN}", service.addr);
     // --virtual-time-budget lets the page's fetch and script finish before
     // the DOM is dumped; the poll below bounds the whole attempt.
     let started = Instant::now();
@@ -66,7 +90,7 @@ async fn the_status_page_renders_in_headless_chromium() {
             ])
             .arg(format!("--user-data-dir={}", profile.display()))
             .arg("--dump-dom")
-            .arg(&url)
+            .arg(url)
             .kill_on_drop(true)
             .output();
         let output = tokio::time::timeout(Duration::from_secs(60), output)
@@ -74,7 +98,7 @@ async fn the_status_page_renders_in_headless_chromium() {
             .expect("chromium finished within 60 s")
             .expect("chromium ran");
         dom = String::from_utf8_lossy(&output.stdout).into_owned();
-        if dom.contains("page-client") {
+        if dom.contains(awaited) {
             break;
         }
         eprintln!(
@@ -82,19 +106,5 @@ async fn the_status_page_renders_in_headless_chromium() {
             String::from_utf8_lossy(&output.stderr)
         );
     }
-    // Text only the page's script writes, from /v1/status.
-    for expected in [
-        "embedded (in memory)",
-        "1 per 1m, 100 per 1h (precision 6)",
-        "page-client",
-        "&lt;b&gt;not-html&lt;/b&gt;",
-    ] {
-        assert!(dom.contains(expected), "{expected:?} not in {dom}");
-    }
-    assert!(!dom.contains("<b>not-html"), "a key was written as HTML");
-    assert!(
-        dom.contains("<p id=\"problem\"></p>"),
-        "the page reports a problem: {dom}"
-    );
-    assert!(!dom.contains("Updated <span id=\"updated\">never"), "{dom}");
+    Some(dom)
 }
