@@ -14,6 +14,7 @@ mod common;
 mod exemptions;
 mod most_limited;
 mod near_cache;
+mod on_call;
 mod openapi;
 mod status_page;
 

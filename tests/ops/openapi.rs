@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use super::{Service, TOKEN, check, on_memcached};
+use super::{Service, TOKEN, check, on_call, on_memcached};
 use crate::common::http::{self, Response};
 use crate::common::{self, tools};
 
@@ -139,6 +139,15 @@ async fn the_openapi_document_validates_and_so_do_live_answers() {
         "/v1/status",
         "/v1/status",
         service.get("/v1/status").await,
+    );
+    // With the store down: the failure mode in words and the last error.
+    let (mut memcached, store_down) = on_call::on_own_memcached("deny").await;
+    on_call::status_with_the_store_down(&mut memcached, &store_down).await;
+    keep(
+        "GET",
+        "/v1/status",
+        "/v1/status",
+        store_down.get("/v1/status").await,
     );
     keep(
         "GET",

@@ -4,6 +4,7 @@
 //! page itself at `/`), and the OpenAPI document of the whole API (`GET
 //! /openapi.json`).
 
+mod on_call;
 mod recent;
 mod refusal_log;
 mod top_refused;
@@ -40,6 +41,7 @@ pub(crate) struct Ops {
     top: Mutex<TopRefused>,
     recent: RecentDecisions,
     refusals: refusal_log::RefusalLog,
+    on_call: on_call::OnCall,
 }
 
 impl Default for Ops {
@@ -48,6 +50,7 @@ impl Default for Ops {
             top: Mutex::new(TopRefused::new(DEFAULT_CAPACITY)),
             recent: RecentDecisions::default(),
             refusals: refusal_log::RefusalLog::default(),
+            on_call: on_call::OnCall::default(),
         }
     }
 }
@@ -194,7 +197,8 @@ pub(super) fn limited(app: &App, request: &Request<Incoming>) -> Response<Body> 
     )
 }
 
-/// `GET /v1/status`: what the status page shows.
+/// `GET /v1/status`: what the status page shows: this instance, its
+/// failure mode and, with the store down, what it does now.
 pub(super) async fn status(app: &App, live: &Live) -> Response<Body> {
     let now_ms = SystemClock.now_ms();
     let mut names: Vec<&String> = live.policies.keys().collect();
@@ -223,14 +227,26 @@ pub(super) async fn status(app: &App, live: &Live) -> Response<Body> {
         })
         .collect();
     let readiness = app.limiter.readiness().await;
+    let on_call = &app.ops.on_call;
+    if let Err(error) = &readiness.result {
+        on_call.store_failed(error);
+    }
+    let mode = app.limiter.failure_mode();
+    let failing = readiness.result.is_err().then(|| on_call::failing(mode));
     let store = serde_json::json!({
         "kind": crate::store::Store::kind(app.limiter.store()),
         "ready": readiness.result.is_ok(),
         "nodes": nodes_json(&readiness.nodes),
+        "last_error": on_call.last_error_json(),
     });
     api::json(
         StatusCode::OK,
         serde_json::json!({
+            "instance": on_call.instance(),
+            "version": on_call::VERSION,
+            "uptime_s": on_call.uptime_s(),
+            "failure_mode": on_call::mode_name(mode),
+            "failing": failing,
             "policies": policies,
             "store": store,
             "limited": app.ops.top(DEFAULT_TOP),
