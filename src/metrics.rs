@@ -16,9 +16,11 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
+mod last_error;
 mod latency;
 mod striped;
 
+use self::last_error::LastError;
 use self::latency::LatencyHistogram;
 use self::striped::{Striped, StripedArray};
 use crate::by_name::ByName;
@@ -160,6 +162,7 @@ pub struct Metrics {
     store_calls: Counter,
     store_errors: Family<KindLabels, Counter>,
     store_errors_by_kind: [Counter; 4],
+    last_store_error: LastError,
     rollback_failures: Counter,
     coalesced_checks: Counter,
     near_cache_hits: Counter,
@@ -189,6 +192,7 @@ impl Default for Metrics {
             store_calls: Counter::default(),
             store_errors,
             store_errors_by_kind,
+            last_store_error: LastError::default(),
             rollback_failures: Counter::default(),
             coalesced_checks: Counter::default(),
             near_cache_hits: Counter::default(),
@@ -355,6 +359,13 @@ impl Metrics {
     /// with (every attempt of a check crossed a bucket boundary).
     pub(crate) fn store_error(&self, error: &StoreError) {
         self.store_errors_by_kind[ErrorKind::of(error) as usize].inc();
+        self.last_store_error.record(error);
+    }
+
+    /// The last store error a call met, its text and how long ago; `None`
+    /// while none has failed.
+    pub fn last_store_error(&self) -> Option<(String, Duration)> {
+        self.last_store_error.get()
     }
 
     pub(crate) fn rollback_failure(&self) {

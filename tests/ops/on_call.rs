@@ -146,3 +146,39 @@ async fn the_status_page_names_the_failure_mode_and_the_instance() {
         "the uptime, in figures: {dom}"
     );
 }
+
+/// An outage that only clients' checks met, between two looks at the page,
+/// is still told once the store is back: the last error is every error
+/// this instance met, not only what the page itself ran into.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_only_checks_met_is_told_once_the_store_is_back() {
+    let (mut memcached, service) = on_own_memcached("allow").await;
+    let up = status(&service).await;
+    assert!(up["store"]["last_error"].is_null(), "no error yet: {up:#}");
+
+    memcached.kill();
+    let answer = service
+        .post("/v1/check", check("between-looks", "api"))
+        .await;
+    assert!(
+        answer.body.contains("\"source\":\"fallback\""),
+        "the check met the outage: {}",
+        answer.body
+    );
+    memcached.restart();
+    // /readyz, not the page: the page would meet the outage itself.
+    wait::until("the store to answer again", wait::PATIENCE, || async {
+        (service.get("/readyz").await.status == 200).then_some(())
+    })
+    .await;
+
+    let back = status(&service).await;
+    assert_eq!(back["store"]["ready"], true, "{back:#}");
+    assert!(back["failing"].is_null(), "the store answers: {back:#}");
+    let error = &back["store"]["last_error"];
+    let message = error["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(&memcached.addr()),
+        "the check's error, naming the node: {back:#}"
+    );
+}

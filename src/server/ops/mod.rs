@@ -237,7 +237,7 @@ pub(super) async fn status(app: &App, live: &Live) -> Response<Body> {
         "kind": crate::store::Store::kind(app.limiter.store()),
         "ready": readiness.result.is_ok(),
         "nodes": nodes_json(&readiness.nodes),
-        "last_error": on_call.last_error_json(),
+        "last_error": on_call.last_error_json(app.limiter.metrics_handles().last_store_error()),
     });
     api::json(
         StatusCode::OK,

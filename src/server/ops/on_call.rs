@@ -58,19 +58,33 @@ impl OnCall {
             .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(seen);
     }
 
-    /// The last store error, `null` if none was seen since the start: it
-    /// stays once the store is back, so a short outage between two looks
-    /// at the page is still told.
-    pub(super) fn last_error_json(&self) -> serde_json::Value {
+    /// The last store error, `null` if none was seen since the start: the
+    /// newer of what the page's own probe met and what `checks_met` (the
+    /// limiter's calls) last met. It stays once the store is back, so a
+    /// short outage between two looks at the page is still told.
+    pub(super) fn last_error_json(
+        &self,
+        checks_met: Option<(String, std::time::Duration)>,
+    ) -> serde_json::Value {
         let now_ms = SystemClock.now_ms();
-        match &*self
+        let probe_met = self
             .last_error
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
-        {
-            Some(seen) => serde_json::json!({
-                "message": seen.message,
-                "ms_ago": now_ms.saturating_sub(seen.at_ms),
+            .as_ref()
+            .map(|seen| (seen.message.clone(), now_ms.saturating_sub(seen.at_ms)));
+        let checks_met = checks_met.map(|(message, ago)| {
+            let ago_ms = u64::try_from(ago.as_millis()).unwrap_or(u64::MAX);
+            (message, ago_ms)
+        });
+        let newest = [probe_met, checks_met]
+            .into_iter()
+            .flatten()
+            .min_by_key(|(_, ms_ago)| *ms_ago);
+        match newest {
+            Some((message, ms_ago)) => serde_json::json!({
+                "message": message,
+                "ms_ago": ms_ago,
             }),
             None => serde_json::Value::Null,
         }
