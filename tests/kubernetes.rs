@@ -747,6 +747,21 @@ fn the_base_renders_validates_and_checks() {
             "the base renders a {wanted}: {kinds:?}"
         );
     }
+    // The pod runs as the image's user: the one docker/Dockerfile makes,
+    // which owns nothing it could write.
+    let dockerfile = std::fs::read_to_string(repo("docker/Dockerfile")).expect("the Dockerfile");
+    let image_user = dockerfile
+        .lines()
+        .rev()
+        .find_map(|line| line.strip_prefix("USER "))
+        .expect("a USER in the Dockerfile")
+        .trim();
+    let pod = &one(&resources, "Deployment")["spec"]["template"]["spec"];
+    assert_eq!(
+        pod["securityContext"]["runAsUser"].to_string(),
+        image_user,
+        "runAsUser is the image's USER"
+    );
 }
 
 #[test]
