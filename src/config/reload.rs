@@ -1,5 +1,6 @@
 //! Reloading the configuration while serving: the file read again (on
-//! SIGHUP, or when its content or the API tokens file's changes), validated
+//! SIGHUP, or when its content, the API tokens file's or the RLS rules'
+//! changes: a rule file edited, added or removed), validated
 //! like at start, compared with the running configuration, and refused if
 //! it would take the token guard or every policy away (`kept.rs`).
 //!
@@ -15,15 +16,14 @@ use serde::Deserialize;
 
 use self::files::{read_all, rule_files, watched};
 use self::kept::InForce;
-use super::{
-    ClusterConfig, Config, ConfigError, LogConfig, Origin, Overrides, RlqsConfig, ServerGuard,
-    TlsConfig,
-};
+use super::{Config, ConfigError, Origin, Overrides};
 
 mod files;
 mod kept;
+mod restart_only;
 
 pub use self::files::Files;
+pub use self::restart_only::restart_only_changes;
 
 /// How often the configuration file is read for changes by default.
 pub const DEFAULT_WATCH: Duration = Duration::from_secs(1);
@@ -118,12 +118,18 @@ pub struct Reloader {
     overrides: Overrides,
     /// What a restart-only setting is compared with: the value in force.
     started: Config,
-    /// The files a reload reads (the configuration, the tokens file and
-    /// the RLS rules it names), each with its bytes when last loaded.
+    /// The files a reload reads (the configuration and tokens files, then
+    /// the RLS rule files), each with its bytes when last loaded.
     seen: Files,
-    /// The RLS rule files the process started with, and their bytes: the
-    /// rules are read only at start, so a change is restart-only.
-    started_rules: Files,
+    /// The configuration and tokens files: the first entries of `seen`.
+    config_files: Vec<PathBuf>,
+    /// The RLS rules' file or directory: the one the process started with
+    /// (`rls.config` is restart-only), listed again at each reading so
+    /// that a rule file added or removed is a change.
+    rules_at: Option<PathBuf>,
+    /// The RLS rule files in force, with their bytes: a reload whose rule
+    /// files differ carries them, to be compiled and swapped in.
+    rules_in_force: Files,
     /// How often to read the files, as the last loaded configuration says
     /// (it applies live).
     watch: Option<std::time::Duration>,
@@ -137,20 +143,28 @@ pub struct Reloaded {
     pub config: Config,
     /// Keys of [`RESTART_ONLY`] whose value differs from the one in force.
     pub needs_restart: Vec<&'static str>,
+    /// The RLS rule files with the bytes that held still, when they differ
+    /// from the rules in force (one edited, added or removed); `None`
+    /// when they do not, or the process serves no RLS rules.
+    pub rules: Option<Files>,
 }
 
 impl Reloader {
     /// Start from the configuration loaded at start, from these flags.
     pub fn new(overrides: Overrides, started: Config) -> Reloader {
-        let seen = read_all(watched(&overrides, &started));
-        let started_rules = read_all(rule_files(&started));
+        let rules_at = started.rls_config.clone();
+        let rules_in_force = read_all(rule_files(rules_at.as_deref()));
+        let config_files = watched(&overrides, &started);
+        let seen = Files::joined(read_all(config_files.clone()), rules_in_force.clone());
         Reloader {
+            config_files,
             overrides,
             watch: started.watch,
             in_force: InForce::of(&started),
             started,
             seen,
-            started_rules,
+            rules_at,
+            rules_in_force,
         }
     }
 
@@ -169,25 +183,31 @@ impl Reloader {
         self.watch
     }
 
-    /// Whether the configuration file's content, or the tokens file's,
-    /// differs from what was last loaded (or tried). A file that cannot be
-    /// read is no change: a ConfigMap swap or an editor may leave the path
-    /// missing for an instant, so wait for it to be back rather than fail.
-    /// What was loaded is kept meanwhile, so a file back with the same
-    /// bytes is no change either (no reload made or counted for it).
+    /// Whether the configuration file's content, the tokens file's or the
+    /// RLS rules' differs from what was last loaded (or tried). A file
+    /// that cannot be read is no change: a ConfigMap swap or an editor may
+    /// leave the path missing for an instant, so wait for it to be back
+    /// rather than fail. What was loaded is kept meanwhile, so a file back
+    /// with the same bytes is no change either (no reload made or counted
+    /// for it). A rule file added to or removed from the rules directory
+    /// is a change.
     pub fn changed(&self) -> bool {
         self.differs(&self.read())
     }
 
-    /// The watched files as they are now.
+    /// The watched files as they are now, the rules directory listed anew.
     pub fn read(&self) -> Files {
-        read_all(self.seen.paths().cloned().collect())
+        let rules = rule_files(self.rules_at.as_deref());
+        read_all(self.config_files.iter().cloned().chain(rules).collect())
     }
 
     /// Whether `files` (a [`read`](Self::read)) differ from what was last
     /// loaded, a file that could not be read counting as unchanged (see
-    /// [`changed`](Self::changed)).
+    /// [`changed`](Self::changed)), a file added or removed as changed.
     pub fn differs(&self, files: &Files) -> bool {
+        if files.paths().ne(self.seen.paths()) {
+            return true;
+        }
         files
             .0
             .iter()
@@ -196,12 +216,16 @@ impl Reloader {
     }
 
     /// A reloaded configuration was put in force: its `reload.watch_ms`
-    /// applies from now on, and what it has is what the next reload may
-    /// not take away. Not before: a file the server refuses after it
-    /// loaded leaves the running configuration whole, its watch included.
-    pub fn applied(&mut self, config: &Config) {
-        self.watch = config.watch;
-        self.in_force = InForce::of(config);
+    /// applies from now on, its rules are the ones in force, and what it
+    /// has is what the next reload may not take away. Not before: a file
+    /// the server refuses after it loaded leaves the running configuration
+    /// whole, its watch and its rules included.
+    pub fn applied(&mut self, reloaded: &Reloaded) {
+        self.watch = reloaded.config.watch;
+        self.in_force = InForce::of(&reloaded.config);
+        if let Some(rules) = &reloaded.rules {
+            self.rules_in_force = rules.clone();
+        }
     }
 
     /// Load the files as they are now; see [`reload_from`](Self::reload_from).
@@ -213,27 +237,46 @@ impl Reloader {
     /// bytes the caller saw hold still, not whatever the file holds by
     /// now). On failure the running configuration stays, and the error
     /// names the file and the field. A file that would take the token
-    /// guard or every policy away fails too (see `kept.rs`).
+    /// guard or every policy away fails too (see `kept.rs`). The RLS rules
+    /// come with it, from the same reading, when they changed; the caller
+    /// compiles them.
     pub fn reload_from(&mut self, files: Files) -> Result<Reloaded, ConfigError> {
         // Kept before loading, so a file that fails is not retried every
         // tick, and one that changes while loading is loaded again.
         self.seen = files;
         let config = self.load()?;
-        let paths = watched(&self.overrides, &config);
-        if self.seen.paths().ne(paths.iter()) {
-            self.seen = read_all(paths);
+        let config_files = watched(&self.overrides, &config);
+        if config_files != self.config_files {
+            // Another tokens file: watched from now on, the rules as read.
+            let rules = self.rules_seen();
+            self.config_files = config_files;
+            self.seen = Files::joined(read_all(self.config_files.clone()), rules);
         }
         self.in_force.kept_by(&config, &self.origin())?;
-        let mut needs_restart = restart_only_changes(&self.started, &config);
-        if !needs_restart.contains(&"rls.config")
-            && read_all(rule_files(&config)) != self.started_rules
+        let needs_restart = restart_only_changes(&self.started, &config);
+        if let Some(path) = &self.rules_at
+            && self.rules_seen().0.is_empty()
         {
-            needs_restart.push("rls.config");
+            // A directory that cannot be listed, or holds no rule file any
+            // more: refused, as at start, rather than every domain dropped.
+            let why = super::rls::rule_files(path)
+                .err()
+                .unwrap_or_else(|| format!("{}: no rule file", path.display()));
+            return Err(ConfigError(format!("rls.config: {why}")));
         }
+        let rules = Some(self.rules_seen())
+            .filter(|rules| self.rules_at.is_some() && *rules != self.rules_in_force);
         Ok(Reloaded {
             config,
             needs_restart,
+            rules,
         })
+    }
+
+    /// The RLS rule files of the last reading, with their bytes: what
+    /// follows the configuration and tokens files in `seen`.
+    fn rules_seen(&self) -> Files {
+        Files(self.seen.0[self.config_files.len()..].to_vec())
     }
 
     /// The configuration from the file's bytes in `seen`, with the
@@ -258,131 +301,6 @@ impl Reloader {
             |path| path.display().to_string(),
         ))
     }
-}
-
-/// The keys of [`RESTART_ONLY`] whose value in `new` differs from the one
-/// `running` was started with. Values are compared as resolved (flags and
-/// environment applied, the tokens file read), so only what would really
-/// change is named.
-pub fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'static str> {
-    // No `..` in these patterns: a field added to one of these structs does
-    // not compile until it is compared here or named as applied live.
-    let Config {
-        listen,
-        servers,
-        namespace,
-        connections,
-        coalesce,
-        cluster,
-        timeout,
-        near_cache_capacity,
-        near_cache_max_bytes,
-        near_cache_revalidate,
-        // Applied live: the policies of the same file were checked against it.
-        max_counters: _,
-        failure_mode,
-        policies: _,
-        auth: _,
-        exemptions: _,
-        rls_listen,
-        rls_config,
-        rls_max_descriptors,
-        rlqs,
-        watch: _,
-        memory_capacity,
-        server,
-        clock_source,
-        shutdown,
-        log,
-    } = running;
-    let LogConfig {
-        format: log_format,
-        // Applied live: the rate is read at each refusal.
-        refusals_per_s: _,
-    } = log;
-    let ClusterConfig {
-        discovery,
-        discovery_interval,
-        tls,
-    } = cluster;
-    let ServerGuard {
-        max_connections: _,
-        api_tokens: _,
-        api_tokens_file: _,
-        metrics_need_token: _,
-        // Not a key of the file: a constant of the server.
-        quiet_timeout: _,
-    } = server;
-    let RlqsConfig {
-        listen: rlqs_listen,
-        // Applied live by the RLQS service.
-        assignment_ttl: _,
-        abandon_after: _,
-        unmatched: _,
-        bounds: _,
-        buckets: _,
-    } = rlqs;
-    let tls_part = |tls: &Option<TlsConfig>| {
-        let TlsConfig {
-            ca_file,
-            server_name,
-        } = tls.clone().unwrap_or_default();
-        (ca_file, server_name)
-    };
-    let (ca_file, server_name) = tls_part(tls);
-    let (new_ca_file, new_server_name) = tls_part(&new.cluster.tls);
-
-    let differences = [
-        ("listen", *listen != new.listen),
-        ("memcached.servers", *servers != new.servers),
-        ("memcached.timeout_ms", *timeout != new.timeout),
-        ("memcached.namespace", *namespace != new.namespace),
-        ("memcached.connections", *connections != new.connections),
-        ("memcached.coalesce", *coalesce != new.coalesce),
-        ("memcached.discovery", *discovery != new.cluster.discovery),
-        (
-            "memcached.discovery_interval_ms",
-            *discovery_interval != new.cluster.discovery_interval,
-        ),
-        ("memcached.tls", tls.is_some() != new.cluster.tls.is_some()),
-        ("memcached.tls_ca_file", ca_file != new_ca_file),
-        ("memcached.tls_server_name", server_name != new_server_name),
-        (
-            "near_cache.capacity",
-            *near_cache_capacity != new.near_cache_capacity,
-        ),
-        (
-            "near_cache.max_bytes",
-            *near_cache_max_bytes != new.near_cache_max_bytes,
-        ),
-        (
-            "near_cache.revalidate_ms",
-            *near_cache_revalidate != new.near_cache_revalidate,
-        ),
-        ("failure.mode", *failure_mode != new.failure_mode),
-        ("rls.listen", *rls_listen != new.rls_listen),
-        ("rls.config", *rls_config != new.rls_config),
-        (
-            "rls.max_descriptors",
-            *rls_max_descriptors != new.rls_max_descriptors,
-        ),
-        ("rlqs.listen", *rlqs_listen != new.rlqs.listen),
-        ("memory.capacity", *memory_capacity != new.memory_capacity),
-        ("clock.source", *clock_source != new.clock_source),
-        (
-            "server.shutdown_delay_ms",
-            shutdown.delay != new.shutdown.delay,
-        ),
-        (
-            "server.drain_timeout_ms",
-            shutdown.drain_timeout != new.shutdown.drain_timeout,
-        ),
-        ("log.format", *log_format != new.log.format),
-    ];
-    differences
-        .into_iter()
-        .filter_map(|(key, differs)| differs.then_some(key))
-        .collect()
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! The `[rls]` section: Envoy's rate-limit service (gRPC), where it
-//! listens, its rules, and how much one request may carry. Restart only:
-//! the rules are read at start.
+//! listens, its rules, and how much one request may carry. The keys are
+//! restart-only; the rules under `rls.config` reload live
+//! (`config::reload`, `server::rls::reload`).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -82,7 +83,8 @@ pub(super) fn resolve(
 /// ConfigMap mount keeps a second copy of every file under `..data` and a
 /// `..<timestamp>` directory. A symlinked directory is not followed (nor
 /// is it by that loader); a symlinked file is read. Read by the RLS
-/// service at start, and by a reload to see whether they changed.
+/// service at start, and listed again at each reading of a reload, so
+/// that a file added or removed is a change.
 pub(crate) fn rule_files(path: &Path) -> Result<Vec<PathBuf>, String> {
     if !path.is_dir() {
         return Ok(vec![path.to_owned()]);

@@ -87,19 +87,6 @@ impl App {
         self.apply_rlqs(&config.rlqs);
     }
 
-    /// Whether a reloaded configuration fits what this process keeps from
-    /// its start: the RLS rules (`rls.config` is restart-only) must fit the
-    /// new `limits.max_counters`. A reload that does not is refused whole.
-    pub fn admits(&self, config: &Config) -> Result<(), String> {
-        #[cfg(feature = "grpc")]
-        if let Some(rls) = &self.rls {
-            rls.rules().check_counters(config.max_counters)?;
-        }
-        #[cfg(not(feature = "grpc"))]
-        let _ = config;
-        Ok(())
-    }
-
     /// [`apply`](Self::apply) what a configuration says, its exemptions
     /// and API tokens included, as one swap: a request sees all of it or
     /// none.

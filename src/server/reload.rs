@@ -2,10 +2,13 @@
 //! every key of [`APPLIED_LIVE`] is put in force without dropping a request
 //! (policies and `[auth]` by [`App::apply`], the connection cap and the API
 //! tokens by the guard, `[rlqs]` but its listener by the RLQS service,
-//! `reload.watch_ms` by the watch loop). A changed file is loaded only once
-//! it holds still: the same bytes read twice, `HOLD_STILL` apart. A bad
-//! file, or one that would take the token guard or every policy away,
-//! keeps the running configuration; changed keys of [`RESTART_ONLY`] are
+//! `reload.watch_ms` by the watch loop), and so are the RLS rules under
+//! `rls.config` when a rule file was edited, added or removed (compiled and
+//! swapped by `server::rls::reload`). A changed file, rule files included,
+//! is loaded only once they all hold still: the same bytes read twice,
+//! `HOLD_STILL` apart. A bad file or rules file, or one that would take the
+//! token guard or every policy away, keeps the running configuration and
+//! rules; changed keys of [`RESTART_ONLY`] are
 //! named in the log and raise `slidegate_config_restart_pending`.
 //!
 //! [`APPLIED_LIVE`]: crate::config::reload::APPLIED_LIVE
@@ -18,7 +21,7 @@ use tokio::signal::unix::Signal;
 
 use super::App;
 use super::metrics::ReloadResult;
-use crate::config::reload::{Files, Reloader};
+use crate::config::reload::{Files, Reloaded, Reloader};
 
 /// The SIGHUP stream [`watch`] reads. A stream sees only the signals that
 /// come after it is made, so the binary makes it before it listens: a
@@ -158,22 +161,51 @@ fn file_of(reloader: &Reloader) -> String {
         .map_or_else(|| "(no file)".to_owned(), |path| path.display().to_string())
 }
 
+/// A reloaded configuration the server can put in force, with the RLS
+/// rules it brings, compiled.
+struct Admitted {
+    reloaded: Reloaded,
+    /// `None`: the rules in force stay.
+    #[cfg(feature = "grpc")]
+    rules: Option<super::rls::RuleSet>,
+}
+
+/// Whether the server can put `reloaded` in force: its RLS rules, new or
+/// running, compile and fit its `limits.max_counters`.
+fn admit(app: &App, reloaded: Reloaded) -> Result<Admitted, String> {
+    #[cfg(feature = "grpc")]
+    {
+        let rules = app
+            .rules_reloaded(&reloaded)
+            .map_err(|error| format!("rls.config: {error}"))?;
+        Ok(Admitted { reloaded, rules })
+    }
+    #[cfg(not(feature = "grpc"))]
+    {
+        let _ = app;
+        Ok(Admitted { reloaded })
+    }
+}
+
 /// [`reload_once`] from `files`, read before.
 fn reload_from(app: &App, reloader: &mut Reloader, files: Files, why: &str) {
     let file = file_of(reloader);
     let admitted = reloader
         .reload_from(files)
         .map_err(|error| error.to_string())
-        .and_then(|reloaded| {
-            app.admits(&reloaded.config)
-                .map(|()| reloaded)
-                .map_err(|error| format!("rls.config: {error}"))
-        });
+        .and_then(|reloaded| admit(app, reloaded));
     match admitted {
-        Ok(reloaded) => {
-            let config = reloaded.config;
-            app.apply_live(&config);
-            reloader.applied(&config);
+        Ok(Admitted {
+            reloaded,
+            #[cfg(feature = "grpc")]
+            rules,
+        }) => {
+            app.apply_live(&reloaded.config);
+            #[cfg(feature = "grpc")]
+            if let Some(rules) = rules {
+                app.apply_rules(rules);
+            }
+            reloader.applied(&reloaded);
             let restart = !reloaded.needs_restart.is_empty();
             if restart {
                 tracing::warn!(
@@ -294,5 +326,60 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         assert_eq!(between, ["a"], "the part was put in force");
         assert_eq!(after, ["a", "b", "c"], "the whole file was not");
+    }
+
+    /// The same writer on an RLS rules file: the tick between its two
+    /// writes reads a valid file with fewer rules, which must not be put
+    /// in force; the whole file is.
+    #[cfg(feature = "grpc")]
+    #[tokio::test(start_paused = true)]
+    async fn a_rules_file_caught_between_two_writes_is_applied_only_once_whole() {
+        let dir = std::env::temp_dir().join(format!(
+            "slidegate-rules-between-writes-{}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let rules = dir.join("rules.yaml");
+        let text = |keys: &[&str]| {
+            let descriptors: String = keys
+                .iter()
+                .map(|key| {
+                    format!(
+                        "  - key: {key}\n    rate_limit: {{unit: hour, requests_per_unit: 5}}\n"
+                    )
+                })
+                .collect();
+            format!("domain: test\ndescriptors:\n{descriptors}")
+        };
+        std::fs::write(&rules, text(&["a"])).unwrap();
+        let file = dir.join("slidegate.toml");
+        std::fs::write(
+            &file,
+            "[reload]\nwatch_ms = 100\n[rls]\nlisten = \"127.0.0.1:0\"\nconfig = \"rules.yaml\"\n",
+        )
+        .unwrap();
+        let overrides = Overrides {
+            config: Some(file.clone()),
+            ..Overrides::default()
+        };
+        let config = Config::load(&overrides).unwrap();
+        let rls = crate::server::rls::Rls::load(&rules).unwrap();
+        let app = Arc::new(App::from_config(&config).await.unwrap().with_rls(rls));
+        let reloader = Reloader::new(overrides, config);
+        tokio::spawn(watch(app.clone(), reloader, None, std::future::pending()));
+        let rule_count = || app.rls.as_ref().unwrap().rules().rules().len();
+
+        let whole = text(&["a", "b", "c"]);
+        let (part, _) = whole.split_at(whole.find("  - key: c").unwrap());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        std::fs::write(&rules, part).unwrap();
+        tokio::time::sleep(Duration::from_millis(70)).await;
+        let between = rule_count();
+        std::fs::write(&rules, &whole).unwrap();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let after = rule_count();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(between, 1, "the part was put in force");
+        assert_eq!(after, 3, "the whole file was not");
     }
 }

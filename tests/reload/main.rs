@@ -15,6 +15,8 @@ mod policies;
 // Every optional part of the service has restart-only keys of its own.
 #[cfg(all(feature = "memcached", feature = "tls", feature = "grpc"))]
 mod restart_only;
+#[cfg(feature = "grpc")]
+mod rls_rules;
 mod server_section;
 mod tokens;
 

@@ -21,27 +21,38 @@ impl Files {
     pub(super) fn paths(&self) -> impl Iterator<Item = &PathBuf> {
         self.0.iter().map(|(path, _)| path)
     }
+
+    /// `first`'s files, then `then`'s.
+    pub(super) fn joined(first: Files, then: Files) -> Files {
+        Files(first.0.into_iter().chain(then.0).collect())
+    }
+
+    /// Each file with its bytes, or why they could not be read.
+    pub fn iter(&self) -> impl Iterator<Item = (&Path, Result<&[u8], &'static str>)> {
+        self.0.iter().map(|(path, bytes)| {
+            let bytes = bytes.as_deref().ok_or("missing or unreadable");
+            (path.as_path(), bytes)
+        })
+    }
 }
 
-/// The files whose content `config` was loaded from, or (the RLS rules)
-/// that the process read at start.
+/// The files whose content `config` was loaded from: the configuration
+/// file and the tokens file it names.
 pub(super) fn watched(overrides: &Overrides, config: &Config) -> Vec<PathBuf> {
     overrides
         .config
         .iter()
         .chain(&config.server.api_tokens_file)
         .cloned()
-        .chain(rule_files(config))
         .collect()
 }
 
-/// The RLS rule files `config` names, as the RLS service reads them; none
-/// when it names none, or a directory that cannot be listed (its listing
-/// failing at start stops the process, so it is a change).
-pub(super) fn rule_files(config: &Config) -> Vec<PathBuf> {
-    config
-        .rls_config
-        .as_deref()
+/// The RLS rule files under `rules_at` now, as the RLS service reads
+/// them; none when there is no such path, or it is a directory that
+/// cannot be listed or holds no rule file (a reload then fails, naming
+/// it, and the running rules stay).
+pub(super) fn rule_files(rules_at: Option<&Path>) -> Vec<PathBuf> {
+    rules_at
         .and_then(|path| super::super::rls::rule_files(path).ok())
         .unwrap_or_default()
 }

@@ -181,7 +181,7 @@ fn a_reloaded_watch_applies_only_with_the_file() {
         Some(std::time::Duration::from_millis(100)),
         "loaded, not yet applied"
     );
-    reloader.applied(&reloaded.config);
+    reloader.applied(&reloaded);
     assert_eq!(reloader.watch(), None);
 }
 

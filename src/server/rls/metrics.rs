@@ -48,6 +48,20 @@ impl RuleMetrics {
         counter.fetch_add(hits, Ordering::Relaxed);
     }
 
+    /// Add `before`'s counts: the same rule, reloaded.
+    pub fn carry_from(&self, before: &RuleMetrics) {
+        let pairs = [
+            (&self.total_hits, &before.total_hits),
+            (&self.within_limit, &before.within_limit),
+            (&self.over_limit, &before.over_limit),
+            (&self.over_limit_near_cache, &before.over_limit_near_cache),
+            (&self.shadow_mode, &before.shadow_mode),
+        ];
+        for (now, was) in pairs {
+            now.fetch_add(was.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+    }
+
     fn samples(&self) -> [(&'static str, u64); 5] {
         let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         [

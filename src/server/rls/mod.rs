@@ -8,11 +8,13 @@
 //! | `rules` | the YAML files, compiled to a tree per domain; the descriptor lookup |
 //! | `service` | the gRPC service: descriptors to limiter items, decisions to statuses |
 //! | `metrics` | counters per domain and rule, bounded by the configuration |
+//! | `reload` | the rules a reload brings, compiled, checked and swapped in |
 //!
 //! The listener (connection cap, quiet timeout, API tokens, codec) is the
 //! one every gRPC face shares: `server::grpc`.
 
 mod metrics;
+mod reload;
 mod rules;
 mod service;
 
@@ -20,6 +22,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 
+use arc_swap::ArcSwap;
 use tokio::net::TcpListener;
 
 pub use rules::{RuleSet, Unit};
@@ -64,10 +67,13 @@ pub mod pb {
     }
 }
 
-/// The loaded rules and the RLS counters.
+/// The rules in force and the RLS counters.
 #[derive(Debug)]
 pub struct Rls {
-    rules: RuleSet,
+    /// What a reload replaces, as one: a request takes the rules once and
+    /// is decided under them, so it sees the old rules or the new ones,
+    /// never a mix.
+    rules: ArcSwap<RuleSet>,
     metrics: ServiceMetrics,
 }
 
@@ -80,13 +86,24 @@ impl Rls {
 
     pub fn new(rules: RuleSet) -> Rls {
         Rls {
-            rules,
+            rules: ArcSwap::from_pointee(rules),
             metrics: ServiceMetrics::default(),
         }
     }
 
-    pub fn rules(&self) -> &RuleSet {
-        &self.rules
+    /// The rules in force now.
+    pub fn rules(&self) -> Arc<RuleSet> {
+        self.rules.load_full()
+    }
+
+    /// Put reloaded rules in force. Requests being decided finish under
+    /// the rules they took; counters are kept, since a descriptor's
+    /// counters are named by its domain and entries, not its rule. Each
+    /// rule's hit counts carry over to the rule of the same domain and
+    /// path, so a reload does not reset their series.
+    pub fn replace(&self, rules: RuleSet) {
+        rules.carry_metrics_from(&self.rules.load());
+        self.rules.store(Arc::new(rules));
     }
 }
 
@@ -101,12 +118,12 @@ impl prometheus_client::collector::Collector for RlsCollector {
         mut encoder: prometheus_client::encoding::DescriptorEncoder,
     ) -> Result<(), std::fmt::Error> {
         let rls = &self.0;
-        let rules = rls.rules.rules().iter().map(|rule| {
+        let in_force = rls.rules();
+        let rules = in_force.rules().iter().map(|rule| {
             let label = rule.name.as_deref().unwrap_or(rule.path.as_str());
             (rule.domain.as_str(), label, &rule.metrics)
         });
-        let overrides = rls
-            .rules
+        let overrides = in_force
             .overrides()
             .map(|(domain, metrics)| (domain, "override", metrics));
         metrics::encode(&mut encoder, &rls.metrics, rules.chain(overrides))

@@ -119,11 +119,32 @@ impl RuleSet {
     /// name order), as envoyproxy/ratelimit reads its runtime directory.
     pub fn load(path: &Path) -> Result<RuleSet, String> {
         let files = crate::config::rls::rule_files(path)?;
+        let read: Vec<_> = files
+            .into_iter()
+            .map(|file| {
+                let bytes = std::fs::read(&file).map_err(|error| error.to_string());
+                (file, bytes)
+            })
+            .collect();
+        RuleSet::from_files(
+            read.iter()
+                .map(|(file, bytes)| (file.as_path(), bytes.as_deref())),
+        )
+    }
+
+    /// The rules of files already read (a reload compiles the bytes that
+    /// held still, not whatever the files hold by now), each with its
+    /// bytes or why they could not be read.
+    pub fn from_files<'a, E: std::fmt::Display>(
+        files: impl IntoIterator<Item = (&'a Path, Result<&'a [u8], E>)>,
+    ) -> Result<RuleSet, String> {
         let mut rules = RuleSet::default();
-        for file in files {
-            let text = std::fs::read_to_string(&file)
-                .map_err(|error| format!("cannot read {}: {error}", file.display()))?;
-            rules.add_file(&file.display().to_string(), &text)?;
+        for (file, bytes) in files {
+            let cannot_read =
+                |error: &dyn std::fmt::Display| format!("cannot read {}: {error}", file.display());
+            let text = std::str::from_utf8(bytes.map_err(|error| cannot_read(&error))?)
+                .map_err(|error| cannot_read(&error))?;
+            rules.add_file(&file.display().to_string(), text)?;
         }
         Ok(rules)
     }
@@ -303,6 +324,27 @@ impl RuleSet {
             }
         }
         Ok(())
+    }
+
+    /// Each rule's hit counts added from `before`'s rule of the same
+    /// domain and path, so that a reload does not reset their series.
+    /// Hits `before` counts while this runs, in the instant before the
+    /// swap, are not carried.
+    pub fn carry_metrics_from(&self, before: &RuleSet) {
+        for rule in &self.rules {
+            let same = before
+                .rules
+                .iter()
+                .find(|old| old.domain == rule.domain && old.path == rule.path);
+            if let Some(old) = same {
+                rule.metrics.carry_from(&old.metrics);
+            }
+        }
+        for (domain, metrics) in &self.overrides {
+            if let Some(old) = before.overrides.get(domain) {
+                metrics.carry_from(old);
+            }
+        }
     }
 
     pub fn domains(&self) -> impl Iterator<Item = &str> {

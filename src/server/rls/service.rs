@@ -22,7 +22,7 @@ use super::metrics::{RuleMetrics, ServiceMetrics};
 use super::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use super::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use super::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use super::rules::{Action, Rule, Unit};
+use super::rules::{Action, Rule, RuleSet, Unit};
 use crate::join::join_all;
 use crate::limiter::{CheckError, Decision, Item, Limiter};
 use crate::policy::{MAX_AMOUNT, Policy};
@@ -138,14 +138,20 @@ impl RlsService {
                 request.descriptors.len()
             )));
         }
-        let plans = self.plan(request)?;
+        // Taken once: a reload in the meantime leaves this request decided
+        // under the rules it started with, all of them.
+        let rules = self.rls.rules();
+        let plans = self.plan(&rules, request)?;
         let answers = self.answer(&plans).await?;
         Ok(respond(&plans, answers))
     }
 
     /// Resolve every descriptor to its rule, then drop the replaced rules.
-    fn plan<'a>(&'a self, request: &RateLimitRequest) -> Result<Vec<Plan<'a>>, Status> {
-        let rules = &self.rls.rules;
+    fn plan<'a>(
+        &'a self,
+        rules: &'a RuleSet,
+        request: &RateLimitRequest,
+    ) -> Result<Vec<Plan<'a>>, Status> {
         let metrics = &self.rls.metrics;
         let known_domain = rules.has_domain(&request.domain);
         let mut plans = Vec::with_capacity(request.descriptors.len());
