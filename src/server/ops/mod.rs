@@ -63,14 +63,28 @@ impl App {
     pub(crate) fn decided(&self, face: Face, policy: &str, key: &str, decision: &Decision) {
         self.ops.decided(policy, key, decision);
         if !decision.allowed {
-            self.ops.refusals.refused(
-                face,
-                policy,
-                key,
-                decision,
-                self.metrics.refusals_not_logged(),
-            );
+            self.refused_logged(face, policy, key, Some(decision));
         }
+    }
+
+    /// A refusal for the refusal log only, at the rate `log.refusals_per_s`
+    /// allows: the Envoy RLS face's, which `/v1/limited` and the status
+    /// page do not list (the README says so: `/metrics` counts them per
+    /// rule), but which answer "which limit refused this client" as well.
+    pub(crate) fn refused_logged(
+        &self,
+        face: Face,
+        policy: &str,
+        key: &str,
+        decision: Option<&Decision>,
+    ) {
+        self.ops.refusals.refused(
+            face,
+            policy,
+            key,
+            decision,
+            self.metrics.refusals_not_logged(),
+        );
     }
 
     /// Log at most `per_second` refused decisions a second (0: none).

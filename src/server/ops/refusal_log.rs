@@ -17,6 +17,10 @@ pub(crate) enum Face {
     Check,
     /// `GET /v1/auth`, a proxy's forward-auth sub-request.
     ForwardAuth,
+    /// Envoy's `ShouldRateLimit`: the policy is the rule's path (its
+    /// domain first), the key the descriptor's entries.
+    #[cfg(feature = "grpc")]
+    Rls,
 }
 
 impl Face {
@@ -24,6 +28,8 @@ impl Face {
         match self {
             Face::Check => "http_check",
             Face::ForwardAuth => "forward_auth",
+            #[cfg(feature = "grpc")]
+            Face::Rls => "rls",
         }
     }
 }
@@ -45,13 +51,14 @@ impl RefusalLog {
     }
 
     /// A refused decision: logged if this second has room, else counted
-    /// in `not_logged`.
+    /// in `not_logged`. `None`: refused without a decision (an RLS rule of
+    /// `requests_per_unit: 0`), so without a limit to name.
     pub fn refused(
         &self,
         face: Face,
         policy: &str,
         key: &str,
-        decision: &Decision,
+        decision: Option<&Decision>,
         not_logged: &Counter,
     ) {
         let per_second = self.per_second.load(Ordering::Relaxed);
@@ -65,12 +72,15 @@ impl RefusalLog {
         // The limit that refused: the first one exhausted (a refusal has
         // at least one; the first limit stands in if a cost larger than
         // every remaining left none at zero).
-        let refusing = decision
-            .limits
-            .iter()
-            .find(|state| state.remaining == 0)
-            .or_else(|| decision.limits.first());
-        let Some(state) = refusing else {
+        let refusing = decision.and_then(|decision| {
+            let state = decision
+                .limits
+                .iter()
+                .find(|state| state.remaining == 0)
+                .or_else(|| decision.limits.first())?;
+            Some((decision, state))
+        });
+        let Some((decision, state)) = refusing else {
             tracing::info!(face = face.name(), policy, key, "refused");
             return;
         };

@@ -19,7 +19,6 @@ use tonic::{Request, Response, Status};
 
 use super::Rls;
 use super::metrics::{RuleMetrics, ServiceMetrics};
-use super::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use super::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use super::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use super::rules::{Action, Rule, RuleSet, Unit};
@@ -29,11 +28,14 @@ use crate::policy::{MAX_AMOUNT, Policy};
 use crate::server::App;
 use crate::store::AnyStore;
 
+// A descriptor's entries, checked, and the key of its counters.
+mod descriptor;
 // Whether quota-mode descriptors refuse a request, read first.
 mod quota;
 mod respond;
 
-use self::respond::respond;
+use self::descriptor::{counter_key, entries};
+use self::respond::{log_refusals, respond};
 
 /// The gRPC service over the shared limiter and the loaded rules.
 #[derive(Clone)]
@@ -143,7 +145,9 @@ impl RlsService {
         let rules = self.rls.rules();
         let plans = self.plan(&rules, request)?;
         let answers = self.answer(&plans).await?;
-        Ok(respond(&plans, answers))
+        let response = respond(&plans, &answers);
+        log_refusals(&self.app, request, &plans, &answers, &response);
+        Ok(response)
     }
 
     /// Resolve every descriptor to its rule, then drop the replaced rules.
@@ -358,51 +362,4 @@ fn check_error(error: CheckError) -> Status {
         }
         other => Status::invalid_argument(other.to_string()),
     }
-}
-
-/// A descriptor's entries, checked: at least one, each with a key.
-fn entries(index: usize, descriptor: &RateLimitDescriptor) -> Result<Vec<(&str, &str)>, Status> {
-    if descriptor.entries.is_empty() {
-        return Err(Status::invalid_argument(format!(
-            "descriptors[{index}].entries: must not be empty"
-        )));
-    }
-    descriptor
-        .entries
-        .iter()
-        .enumerate()
-        .map(|(entry_index, entry)| {
-            if entry.key.is_empty() {
-                Err(Status::invalid_argument(format!(
-                    "descriptors[{index}].entries[{entry_index}].key: must not be empty"
-                )))
-            } else {
-                Ok((entry.key.as_str(), entry.value.as_str()))
-            }
-        })
-        .collect()
-}
-
-/// The limiter key of a descriptor: each distinct (domain, entries) has its
-/// own counters. Values of a `share_threshold` wildcard are replaced by the
-/// pattern, so they share one. Hashed, so that descriptors of any length
-/// make a key of fixed length.
-fn counter_key(domain: &str, entries: &[(&str, &str)], shared: &[Option<&str>]) -> String {
-    let mut hasher = blake3::Hasher::new();
-    let mut field = |bytes: &[u8]| {
-        hasher.update(&(bytes.len() as u64).to_le_bytes());
-        hasher.update(bytes);
-    };
-    field(domain.as_bytes());
-    for (index, (key, value)) in entries.iter().enumerate() {
-        field(key.as_bytes());
-        match shared.get(index).copied().flatten() {
-            Some(pattern) => {
-                field(b"*");
-                field(pattern.as_bytes());
-            }
-            None => field(value.as_bytes()),
-        }
-    }
-    hasher.finalize().to_hex()[..32].to_owned()
 }

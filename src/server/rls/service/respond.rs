@@ -1,19 +1,21 @@
 //! The `ShouldRateLimit` response: each descriptor's status in request
 //! order, its rule's metrics recorded, and the overall code (quota-mode
 //! descriptors refuse only when all of them are over, as in
-//! envoyproxy/ratelimit).
+//! envoyproxy/ratelimit); and the descriptors that refused it, logged.
 
 use super::super::metrics::Outcome;
-use super::super::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use super::super::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus, RateLimit,
 };
+use super::super::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use super::super::rules::Rule;
 use super::{Answer, Plan};
 use crate::limiter::Source;
+use crate::server::App;
+use crate::server::ops::Face;
 
 /// The response, statuses in request order.
-pub(super) fn respond(plans: &[Plan<'_>], answers: Vec<Option<Answer>>) -> RateLimitResponse {
+pub(super) fn respond(plans: &[Plan<'_>], answers: &[Option<Answer>]) -> RateLimitResponse {
     let mut over_limit = false;
     let mut quota_descriptors = 0;
     let mut quota_over = 0;
@@ -25,7 +27,7 @@ pub(super) fn respond(plans: &[Plan<'_>], answers: Vec<Option<Answer>>) -> RateL
                 let rule = limited.rule.rule();
                 let allowed = answer.allowed();
                 let near_cache =
-                    matches!(&answer, Answer::Decided(d) if d.source == Source::NearCache);
+                    matches!(answer, Answer::Decided(d) if d.source == Source::NearCache);
                 let outcome = match (allowed, rule.shadow_mode) {
                     (true, _) => Outcome::WithinLimit,
                     (false, true) => Outcome::Shadow,
@@ -38,7 +40,7 @@ pub(super) fn respond(plans: &[Plan<'_>], answers: Vec<Option<Answer>>) -> RateL
                 } else if !allowed && !rule.shadow_mode {
                     over_limit = true;
                 }
-                status(rule, &answer)
+                status(rule, answer)
             }
             (Plan::Unlimited, _) => DescriptorStatus {
                 code: Code::Ok.into(),
@@ -65,6 +67,51 @@ pub(super) fn respond(plans: &[Plan<'_>], answers: Vec<Option<Answer>>) -> RateL
         .into(),
         statuses,
         ..RateLimitResponse::default()
+    }
+}
+
+/// Each descriptor that refused the request into the refusal log
+/// (`log.refusals_per_s`): the rule that refused (its path, domain first),
+/// the descriptor's entries as `key=value,...`, and the decision, so that
+/// "which limit refused this client" has an answer on this face too. Not
+/// into `/v1/limited`, which lists the HTTP faces only.
+pub(super) fn log_refusals(
+    app: &App,
+    request: &RateLimitRequest,
+    plans: &[Plan<'_>],
+    answers: &[Option<Answer>],
+    response: &RateLimitResponse,
+) {
+    if response.overall_code() != Code::OverLimit {
+        return;
+    }
+    let refused = plans
+        .iter()
+        .zip(answers)
+        .zip(&response.statuses)
+        .zip(&request.descriptors);
+    for (((plan, answer), status), descriptor) in refused {
+        let (Plan::Limited(limited), Some(answer)) = (plan, answer) else {
+            continue;
+        };
+        if status.code() != Code::OverLimit {
+            continue;
+        }
+        let entries: Vec<String> = descriptor
+            .entries
+            .iter()
+            .map(|entry| format!("{}={}", entry.key, entry.value))
+            .collect();
+        let decision = match answer {
+            Answer::Decided(decision) => Some(decision),
+            Answer::Refused => None,
+        };
+        app.refused_logged(
+            Face::Rls,
+            &limited.rule.rule().path,
+            &entries.join(","),
+            decision,
+        );
     }
 }
 
