@@ -276,7 +276,8 @@ impl Reloader {
     /// The RLS rule files of the last reading, with their bytes: what
     /// follows the configuration and tokens files in `seen`.
     fn rules_seen(&self) -> Files {
-        Files(self.seen.0[self.config_files.len()..].to_vec())
+        let rules = self.seen.0.get(self.config_files.len()..);
+        Files(rules.unwrap_or_default().to_vec())
     }
 
     /// The configuration from the file's bytes in `seen`, with the
