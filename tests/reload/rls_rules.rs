@@ -108,8 +108,8 @@ fn write(rules: &Path, file: &str, text: &str) {
 
 /// A rule's limit raised in its file: the next requests after the watch
 /// are decided by the new limit, on the counters the old one kept (2
-/// admitted under a limit of 2, then 3 more under 5), and no restart is
-/// named.
+/// admitted under a limit of 2, then 3 more under 5), the rule's hit
+/// counts go on, and no restart is named.
 #[tokio::test]
 async fn an_edited_rule_limit_decides_the_next_requests_after_the_watch() {
     let served = serve("slidegate-rls-edit", 100, 2);
@@ -128,6 +128,15 @@ async fn an_edited_rule_limit_decides_the_next_requests_after_the_watch() {
     assert_eq!(
         metric(served.addr, "slidegate_config_restart_pending").await,
         Some(0.0)
+    );
+    // The rule's hit counts go on across the reload: 3 before, 4 after.
+    assert_eq!(
+        metric(
+            served.addr,
+            "slidegate_rls_hits_total{domain=\"test\",rule=\"test.client\",result=\"total_hits\"}"
+        )
+        .await,
+        Some(7.0)
     );
     let log = served.daemon.log();
     assert!(!log.contains("restart needed"), "{log}");
