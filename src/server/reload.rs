@@ -229,6 +229,17 @@ mod tests {
     use super::*;
     use crate::config::{Config, Overrides};
 
+    /// An app serving the configuration in `file`, and its reloader.
+    async fn serving(file: &std::path::Path) -> (Arc<App>, Reloader) {
+        let overrides = Overrides {
+            config: Some(file.to_owned()),
+            ..Overrides::default()
+        };
+        let config = Config::load(&overrides).unwrap();
+        let app = Arc::new(App::from_config(&config).await.unwrap());
+        (app, Reloader::new(overrides, config))
+    }
+
     /// The binary makes its SIGHUP stream before it listens, so that a
     /// SIGHUP sent the moment it accepts connections (as a deploy script's
     /// would) reloads it: the watcher, which starts later, must use that
@@ -246,13 +257,7 @@ mod tests {
             format!("[reload]\nwatch_ms = 0\n{}", policy("first")),
         )
         .unwrap();
-        let overrides = Overrides {
-            config: Some(file.clone()),
-            ..Overrides::default()
-        };
-        let config = Config::load(&overrides).unwrap();
-        let app = Arc::new(App::from_config(&config).await.unwrap());
-        let reloader = Reloader::new(overrides, config);
+        let (app, reloader) = serving(&file).await;
 
         let hangup = hangup_stream();
         let mut delivered = hangup_stream().unwrap();
@@ -303,13 +308,7 @@ mod tests {
             format!("[reload]\nwatch_ms = 100\n{policies}")
         };
         std::fs::write(&file, text(&["a"])).unwrap();
-        let overrides = Overrides {
-            config: Some(file.clone()),
-            ..Overrides::default()
-        };
-        let config = Config::load(&overrides).unwrap();
-        let app = Arc::new(App::from_config(&config).await.unwrap());
-        let reloader = Reloader::new(overrides, config);
+        let (app, reloader) = serving(&file).await;
         // Its first tick is now; the next ones every 100 ms from now.
         tokio::spawn(watch(app.clone(), reloader, None, std::future::pending()));
 
