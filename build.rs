@@ -37,7 +37,9 @@ fn set_version() {
     // Built again when the commit moves: HEAD (a checkout or a detached
     // head), the branch it names, and packed-refs (where `git gc` moves
     // the branch). Asked of git, since in a worktree `.git` is a file and
-    // the refs live in the main repository.
+    // the refs live in the main repository. Only files that exist are
+    // named: Cargo takes a missing one for changed, and would run this
+    // script, and build the crate again, on every build.
     println!("cargo:rerun-if-changed=build.rs");
     let mut watched = vec!["HEAD".to_owned(), "packed-refs".to_owned()];
     if let Some(branch) = git(root, &["symbolic-ref", "-q", "HEAD"]) {
@@ -45,7 +47,10 @@ fn set_version() {
     }
     for name in watched {
         if let Some(path) = git(root, &["rev-parse", "--git-path", &name]) {
-            println!("cargo:rerun-if-changed={}", root.join(path).display());
+            let path = root.join(path);
+            if path.exists() {
+                println!("cargo:rerun-if-changed={}", path.display());
+            }
         }
     }
 }
