@@ -108,6 +108,7 @@ pub fn install_logging(format: LogFormat) {
     match format {
         LogFormat::Text => tracing_subscriber::fmt()
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .with_writer(std::io::stderr)
             .with_env_filter(filter)
             .init(),
         LogFormat::Json => {
