@@ -69,8 +69,10 @@ impl<S: Store> Limiter<S> {
         verdict: Verdict,
         now_ms: u64,
     ) -> Decision {
-        self.store
-            .touch(&counters::all(digest, policy, now_ms), now_ms);
+        if self.store.keeps_what_is_touched() {
+            self.store
+                .touch(&counters::all(digest, policy, now_ms), now_ms);
+        }
         Decision::new(verdict, Source::NearCache)
     }
 

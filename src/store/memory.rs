@@ -348,6 +348,10 @@ impl Store for MemoryStore {
         }
     }
 
+    fn keeps_what_is_touched(&self) -> bool {
+        true
+    }
+
     async fn remove(&self, counters: &[CounterKey], now_ms: u64) -> Result<usize, StoreError> {
         // Expired counters read 0 already: only live ones count as removed.
         Ok(counters

@@ -161,6 +161,12 @@ pub trait Store: Send + Sync + 'static {
     /// again (once per interval) is a use in its LRU: nothing to do.
     fn touch(&self, _counters: &[CounterKey], _now_ms: u64) {}
 
+    /// Whether [`touch`](Store::touch) does anything: a caller that would
+    /// build the counters' keys only to touch them skips that where not.
+    fn keeps_what_is_touched(&self) -> bool {
+        false
+    }
+
     /// Remove counters (one key's: they live on one node), so that they
     /// read 0: a reset. Returns how many existed at `now_ms`.
     fn remove(
@@ -240,6 +246,10 @@ impl<S: Store> Store for std::sync::Arc<S> {
 
     fn touch(&self, counters: &[CounterKey], now_ms: u64) {
         (**self).touch(counters, now_ms)
+    }
+
+    fn keeps_what_is_touched(&self) -> bool {
+        (**self).keeps_what_is_touched()
     }
 
     fn remove(
@@ -342,6 +352,14 @@ impl Store for AnyStore {
             AnyStore::Memory(store) => store.touch(counters, now_ms),
             #[cfg(feature = "memcached")]
             AnyStore::Memcached(store) => store.touch(counters, now_ms),
+        }
+    }
+
+    fn keeps_what_is_touched(&self) -> bool {
+        match self {
+            AnyStore::Memory(store) => store.keeps_what_is_touched(),
+            #[cfg(feature = "memcached")]
+            AnyStore::Memcached(store) => store.keeps_what_is_touched(),
         }
     }
 

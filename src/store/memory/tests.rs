@@ -146,3 +146,14 @@ fn counters_count_and_expire_whatever_the_century() {
         assert_eq!(shard.read(&counter(2), start_ms), 1, "{start_ms}");
     }
 }
+
+/// The server holds its store as an `AnyStore`, an embedder perhaps in an
+/// `Arc`: held either way, the embedded store must still say it keeps what
+/// is touched, or a near-cache refusal would skip the touch.
+#[test]
+fn the_embedded_store_keeps_what_is_touched_however_it_is_held() {
+    use crate::store::AnyStore;
+    assert!(MemoryStore::with_capacity(WAYS).keeps_what_is_touched());
+    assert!(std::sync::Arc::new(MemoryStore::with_capacity(WAYS)).keeps_what_is_touched());
+    assert!(AnyStore::Memory(MemoryStore::with_capacity(WAYS)).keeps_what_is_touched());
+}
