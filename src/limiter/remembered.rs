@@ -17,10 +17,14 @@ impl<S: Store> Limiter<S> {
     /// back. Two bounds remove that excess: the value left after our own
     /// rollback (others may have rolled back by then), and the ceiling, the
     /// most that admitted requests can have left in the current bucket given
-    /// the older ones. The ceiling holds for requests of one item, whose
-    /// additions under it are all admitted ones. A request of several items
-    /// can hold one there and still be refused by another item: what such a
-    /// request read refuses only requests of several ([`Items::Several`]).
+    /// the older ones. The ceiling assumes that every addition under it is
+    /// an admitted one, which holds while a counter is asked by requests of
+    /// one item only. A request of several items can hold one there and
+    /// still be refused by another item: what such a request read refuses
+    /// only requests of several ([`Items::Several`]). A counter asked both
+    /// alone and together (RLS `[a]` and `[a, b]`) can still show a lone
+    /// request such an addition in flight; what it remembers then errs
+    /// towards refusing until the entry is read again.
     pub(super) fn remember(
         &self,
         near_key: NearKey,

@@ -96,9 +96,10 @@ pub async fn watch(
 /// How long a changed file must read the same before it is loaded.
 /// Editors and shell redirection truncate a file, then write it, maybe in
 /// several writes: a file read between them is a valid file with less in
-/// it. One that reads the same twice this far apart is taken as whole; a
-/// writer slower than that is met by what a reload may not take away
-/// (`config::reload::kept`: the token guard, every policy).
+/// it. One that reads the same twice this far apart is taken as whole. A
+/// writer slower than that can still have a part applied until the next
+/// tick; what a reload may never take away (`config::reload::kept`: the
+/// token guard, every policy) is refused whatever the timing.
 const HOLD_STILL: Duration = Duration::from_millis(50);
 
 /// What set a reload off.
