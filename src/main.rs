@@ -113,12 +113,10 @@ fn with_rls(app: App, config: &Config) -> anyhow::Result<App> {
     let Some(path) = &config.rls_config else {
         return Ok(app);
     };
-    let rls = server::rls::Rls::load(path).map_err(anyhow::Error::msg)?;
-    rls.rules()
-        .check_counters(config.max_counters)
-        .map_err(|error| anyhow::anyhow!("{}: {error}", path.display()))?;
-    tracing::info!(path = %path.display(), domains = ?rls.rules().domains().collect::<Vec<_>>(), rules = rls.rules().rules().len(), "Envoy RLS rules loaded");
-    Ok(app.with_rls(rls))
+    let rules =
+        server::rls::RuleSet::load_within(path, config.max_counters).map_err(anyhow::Error::msg)?;
+    tracing::info!(path = %path.display(), domains = ?rules.domains().collect::<Vec<_>>(), rules = rules.rules().len(), "Envoy RLS rules loaded");
+    Ok(app.with_rls(server::rls::Rls::new(rules)))
 }
 
 #[cfg(not(feature = "grpc"))]

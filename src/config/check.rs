@@ -47,10 +47,7 @@ fn rls_summary(config: &Config) -> Result<Vec<String>, String> {
     let Some(path) = &config.rls_config else {
         return Ok(Vec::new());
     };
-    let rules = crate::server::rls::RuleSet::load(path)?;
-    rules
-        .check_counters(config.max_counters)
-        .map_err(|error| format!("{}: {error}", path.display()))?;
+    let rules = crate::server::rls::RuleSet::load_within(path, config.max_counters)?;
     let mut domains: Vec<&str> = rules.domains().collect();
     domains.sort_unstable();
     domains.dedup();

@@ -115,6 +115,16 @@ pub struct RuleSet {
 }
 
 impl RuleSet {
+    /// The rules at `path` as a start (and `--check`) takes them: loaded
+    /// and held to `limits.max_counters`, an error naming the path.
+    pub fn load_within(path: &Path, max_counters: usize) -> Result<RuleSet, String> {
+        let rules = RuleSet::load(path)?;
+        rules
+            .check_counters(max_counters)
+            .map_err(|error| format!("{}: {error}", path.display()))?;
+        Ok(rules)
+    }
+
     /// A YAML file, or every `*.yaml` and `*.yml` file of a directory (in
     /// name order), as envoyproxy/ratelimit reads its runtime directory.
     pub fn load(path: &Path) -> Result<RuleSet, String> {
