@@ -171,13 +171,17 @@ impl<S: Store> Limiter<S> {
     /// [`ready`](Self::ready), with each node's state: what `/readyz`
     /// answers. A store slower than the timeout is not ready.
     pub async fn readiness(&self) -> crate::store::Readiness {
-        match tokio::time::timeout(self.timeout, self.store.readiness()).await {
+        let readiness = match tokio::time::timeout(self.timeout, self.store.readiness()).await {
             Ok(readiness) => readiness,
             Err(_) => crate::store::Readiness {
                 result: Err(StoreError::Timeout(self.timeout.as_millis() as u64)),
                 nodes: Vec::new(),
             },
+        };
+        if let Err(error) = &readiness.result {
+            self.metrics.saw_store_error(error);
         }
+        readiness
     }
 
     /// The limiter's time now: what a face that keeps its own state beside

@@ -362,8 +362,14 @@ impl Metrics {
         self.last_store_error.record(error);
     }
 
-    /// The last store error a call met, its text and how long ago; `None`
-    /// while none has failed.
+    /// A store error a readiness probe met: the last error, not a failed
+    /// call (the error counts are of calls that decide).
+    pub(crate) fn saw_store_error(&self, error: &StoreError) {
+        self.last_store_error.record(error);
+    }
+
+    /// The last store error a call or a readiness probe met, its text and
+    /// how long ago; `None` while none has failed.
     pub fn last_store_error(&self) -> Option<(String, Duration)> {
         self.last_store_error.get()
     }

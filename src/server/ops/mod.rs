@@ -242,16 +242,13 @@ pub(super) async fn status(app: &App, live: &Live) -> Response<Body> {
         .collect();
     let readiness = app.limiter.readiness().await;
     let on_call = &app.ops.on_call;
-    if let Err(error) = &readiness.result {
-        on_call.store_failed(error);
-    }
     let mode = app.limiter.failure_mode();
     let failing = readiness.result.is_err().then(|| on_call::failing(mode));
     let store = serde_json::json!({
         "kind": crate::store::Store::kind(app.limiter.store()),
         "ready": readiness.result.is_ok(),
         "nodes": nodes_json(&readiness.nodes),
-        "last_error": on_call.last_error_json(app.limiter.metrics_handles().last_store_error()),
+        "last_error": on_call::last_error_json(app.limiter.metrics_handles().last_store_error()),
     });
     api::json(
         StatusCode::OK,

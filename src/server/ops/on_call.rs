@@ -3,27 +3,18 @@
 //! runs and for how long, and, with the store down, what it does now in
 //! words and the store's last error.
 
-use std::sync::Mutex;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use crate::clock::{Clock, SystemClock};
 use crate::limiter::FailureMode;
-use crate::store::StoreError;
 
 /// The version `slidegate --version` prints: with the commit when built
 /// from a checkout (build.rs).
 pub(super) const VERSION: &str = env!("SLIDEGATE_VERSION");
 
-/// This instance's identity and the last store error it saw.
+/// This instance's identity.
 pub(super) struct OnCall {
     instance: String,
     started: Instant,
-    last_error: Mutex<Option<SeenError>>,
-}
-
-struct SeenError {
-    message: String,
-    at_ms: u64,
 }
 
 impl Default for OnCall {
@@ -31,7 +22,6 @@ impl Default for OnCall {
         OnCall {
             instance: hostname(),
             started: Instant::now(),
-            last_error: Mutex::new(None),
         }
     }
 }
@@ -46,48 +36,19 @@ impl OnCall {
     pub(super) fn uptime_s(&self) -> u64 {
         self.started.elapsed().as_secs()
     }
+}
 
-    pub(super) fn store_failed(&self, error: &StoreError) {
-        let seen = SeenError {
-            message: error.to_string(),
-            at_ms: SystemClock.now_ms(),
-        };
-        *self
-            .last_error
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(seen);
-    }
-
-    /// The last store error, `null` if none was seen since the start: the
-    /// newer of what the page's own probe met and what `checks_met` (the
-    /// limiter's calls) last met. It stays once the store is back, so a
-    /// short outage between two looks at the page is still told.
-    pub(super) fn last_error_json(
-        &self,
-        checks_met: Option<(String, std::time::Duration)>,
-    ) -> serde_json::Value {
-        let now_ms = SystemClock.now_ms();
-        let probe_met = self
-            .last_error
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .as_ref()
-            .map(|seen| (seen.message.clone(), now_ms.saturating_sub(seen.at_ms)));
-        let checks_met = checks_met.map(|(message, ago)| {
-            let ago_ms = u64::try_from(ago.as_millis()).unwrap_or(u64::MAX);
-            (message, ago_ms)
-        });
-        let newest = [probe_met, checks_met]
-            .into_iter()
-            .flatten()
-            .min_by_key(|(_, ms_ago)| *ms_ago);
-        match newest {
-            Some((message, ms_ago)) => serde_json::json!({
-                "message": message,
-                "ms_ago": ms_ago,
-            }),
-            None => serde_json::Value::Null,
-        }
+/// The last store error (a call's or a readiness probe's, as the
+/// limiter's metrics keep it), `null` if none was met since the start. It
+/// stays once the store is back, so a short outage between two looks at
+/// the page is still told.
+pub(super) fn last_error_json(last: Option<(String, Duration)>) -> serde_json::Value {
+    match last {
+        Some((message, ago)) => serde_json::json!({
+            "message": message,
+            "ms_ago": u64::try_from(ago.as_millis()).unwrap_or(u64::MAX),
+        }),
+        None => serde_json::Value::Null,
     }
 }
 
