@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::keys::key;
 use super::{ConfigError, MemcachedSection, Origin, Overrides};
 
 /// How the node list is found and how nodes are reached.
@@ -40,23 +41,18 @@ pub(super) fn resolve(
         file.discovery.as_deref()
     };
     let discovery = origin.layered(
-        (
-            "memcached-discovery",
-            overrides.memcached_discovery.as_deref(),
-        ),
-        ("memcached.discovery", from_file),
+        key!("memcached.discovery"),
+        overrides.memcached_discovery.as_deref(),
+        from_file,
         check_endpoint,
     )?;
-    let interval_ms = match file.discovery_interval_ms {
-        Some(ms @ 1_000..=86_400_000) => ms,
-        Some(ms) => {
-            return Err(origin.file_error(
-                "memcached.discovery_interval_ms",
-                format!("must be from 1000 to 86400000, got {ms}"),
-            ));
-        }
-        None => crate::store::DEFAULT_DISCOVERY_INTERVAL.as_millis() as u64,
-    };
+    let interval_ms = origin
+        .bounded(
+            key!("memcached.discovery_interval_ms"),
+            None,
+            file.discovery_interval_ms,
+        )?
+        .unwrap_or(crate::store::DEFAULT_DISCOVERY_INTERVAL.as_millis() as u64);
     // A relative path in the file is the file's neighbour, as for
     // `server.api_tokens_file` and `rls.config`.
     let ca_file = overrides.memcached_tls_ca.clone().or_else(|| {
@@ -72,7 +68,7 @@ pub(super) fn resolve(
     {
         let message = format!("{} is not a readable file", path.display());
         return Err(match &overrides.memcached_tls_ca {
-            Some(_) => super::flag_error("memcached-tls-ca", message),
+            Some(_) => super::flag_error(key!("memcached.tls_ca_file"), message),
             None => origin.file_error("memcached.tls_ca_file", message),
         });
     }

@@ -3,6 +3,7 @@
 
 use serde::Deserialize;
 
+use super::keys::key;
 use super::{ConfigError, Origin, Overrides};
 use crate::limiter::FailureMode;
 
@@ -19,8 +20,9 @@ pub(super) fn resolve(
 ) -> Result<FailureMode, ConfigError> {
     Ok(origin
         .layered(
-            ("failure-mode", overrides.failure_mode.as_deref()),
-            ("failure.mode", file.mode.as_deref()),
+            key!("failure.mode"),
+            overrides.failure_mode.as_deref(),
+            file.mode.as_deref(),
             parse_failure_mode,
         )?
         .unwrap_or_default())

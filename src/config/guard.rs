@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::keys::key;
 use super::{ConfigError, Origin, Overrides};
 use crate::store::DEFAULT_MEMORY_CAPACITY;
 
@@ -16,9 +17,6 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
 /// How long a gRPC connection may send nothing, and an HTTP/1 one start no
 /// request.
 pub const DEFAULT_QUIET_TIMEOUT: Duration = Duration::from_secs(10);
-/// 32 bytes a counter: 16 GiB at most.
-const MAX_MEMORY_CAPACITY: u64 = 500_000_000;
-const MAX_CONNECTIONS: u64 = 1_000_000;
 /// Shorter tokens can be guessed; longer ones are not tokens.
 const TOKEN_BYTES: std::ops::RangeInclusive<usize> = 16..=4096;
 
@@ -186,31 +184,16 @@ pub(super) fn resolve(
     has_servers: bool,
 ) -> Result<Guards, ConfigError> {
     let memory_capacity = origin
-        .layered(
-            ("memory-capacity", overrides.memory_capacity.as_ref()),
-            ("memory.capacity", memory.capacity.as_ref()),
-            |&count| {
-                if (1..=MAX_MEMORY_CAPACITY).contains(&count) {
-                    Ok(count as usize)
-                } else {
-                    Err(format!(
-                        "must be from 1 to {MAX_MEMORY_CAPACITY} counters, got {count}"
-                    ))
-                }
-            },
+        .bounded(
+            key!("memory.capacity"),
+            overrides.memory_capacity,
+            memory.capacity,
         )?
-        .unwrap_or(DEFAULT_MEMORY_CAPACITY);
+        .map_or(DEFAULT_MEMORY_CAPACITY, |count| count as usize);
 
-    let max_connections = match server.max_connections {
-        Some(count @ 1..=MAX_CONNECTIONS) => count as usize,
-        Some(count) => {
-            return Err(origin.file_error(
-                "server.max_connections",
-                format!("must be from 1 to {MAX_CONNECTIONS}, got {count}"),
-            ));
-        }
-        None => DEFAULT_MAX_CONNECTIONS,
-    };
+    let max_connections = origin
+        .bounded(key!("server.max_connections"), None, server.max_connections)?
+        .map_or(DEFAULT_MAX_CONNECTIONS, |count| count as usize);
 
     // The environment wins over the file, as everywhere; within the file,
     // the list and the file add up.

@@ -4,8 +4,9 @@
 
 use serde::Deserialize;
 
+use super::keys::key;
 use super::{ConfigError, Origin};
-use crate::policy::{DEFAULT_MAX_COUNTERS, MAX_COUNTERS};
+use crate::policy::DEFAULT_MAX_COUNTERS;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -15,12 +16,7 @@ pub(super) struct LimitsSection {
 
 /// `limits.max_counters`, checked.
 pub(super) fn resolve(origin: &Origin, file: &LimitsSection) -> Result<usize, ConfigError> {
-    match file.max_counters {
-        None => Ok(DEFAULT_MAX_COUNTERS),
-        Some(max) if (2..=MAX_COUNTERS as u64).contains(&max) => Ok(max as usize),
-        Some(max) => Err(origin.file_error(
-            "limits.max_counters",
-            format!("must be from 2 to {MAX_COUNTERS}, got {max}"),
-        )),
-    }
+    Ok(origin
+        .bounded(key!("limits.max_counters"), None, file.max_counters)?
+        .map_or(DEFAULT_MAX_COUNTERS, |max| max as usize))
 }

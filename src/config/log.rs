@@ -6,11 +6,8 @@
 
 use serde::Deserialize;
 
+use super::keys::key;
 use super::{ConfigError, Origin, Overrides};
-
-/// The most refusals a second that may be logged: past this the log is the
-/// flood it exists to avoid.
-const MAX_REFUSALS_PER_S: u32 = 10_000;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -45,26 +42,20 @@ pub(super) fn resolve(
 ) -> Result<LogConfig, ConfigError> {
     let format = origin
         .layered(
-            ("log-format", overrides.log_format.as_deref()),
-            ("log.format", file.format.as_deref()),
+            key!("log.format"),
+            overrides.log_format.as_deref(),
+            file.format.as_deref(),
             parse_log_format,
         )?
         .unwrap_or_default();
+    // The most: past it the log is the flood it exists to avoid.
     let refusals_per_s = origin
-        .layered(
-            ("log-refusals-per-s", overrides.log_refusals_per_s.as_ref()),
-            ("log.refusals_per_s", file.refusals_per_s.as_ref()),
-            |&per_second| {
-                if per_second <= MAX_REFUSALS_PER_S {
-                    Ok(per_second)
-                } else {
-                    Err(format!(
-                        "must be from 0 (off) to {MAX_REFUSALS_PER_S}, got {per_second}"
-                    ))
-                }
-            },
+        .bounded(
+            key!("log.refusals_per_s"),
+            overrides.log_refusals_per_s.map(u64::from),
+            file.refusals_per_s.map(u64::from),
         )?
-        .unwrap_or(0);
+        .map_or(0, |per_second| per_second as u32);
     Ok(LogConfig {
         format,
         refusals_per_s,

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::keys::key;
 use super::{ClusterConfig, ConfigError, Origin, Overrides, cluster};
 use crate::limiter::DEFAULT_TIMEOUT;
 use crate::policy::{PLAIN_NAME_RULE, is_plain_name};
@@ -81,7 +82,7 @@ pub(super) fn resolve(
     if given.is_some() && servers.is_empty() {
         let message = "is given but holds no server: give at least one host:port, or leave it out to count in this process's memory".to_owned();
         return Err(if from_flag {
-            super::flag_error("memcached", message)
+            super::flag_error(key!("memcached.servers"), message)
         } else {
             origin.file_error("memcached.servers", message)
         });
@@ -92,7 +93,7 @@ pub(super) fn resolve(
     for (index, server) in servers.iter().enumerate() {
         cluster::check_endpoint(server).map_err(|message| {
             if from_flag {
-                super::flag_error("memcached", message)
+                super::flag_error(key!("memcached.servers"), message)
             } else {
                 origin.file_error(&format!("memcached.servers[{index}]"), message)
             }
@@ -108,30 +109,28 @@ pub(super) fn resolve(
 
     let namespace = origin
         .layered(
-            ("namespace", overrides.namespace.as_deref()),
-            ("memcached.namespace", file.namespace.as_deref()),
+            key!("memcached.namespace"),
+            overrides.namespace.as_deref(),
+            file.namespace.as_deref(),
             check_namespace,
         )?
         .unwrap_or_else(|| "sg".to_owned());
 
     let timeout_ms = origin
-        .layered(
-            ("timeout-ms", overrides.timeout_ms.as_ref()),
-            ("memcached.timeout_ms", file.timeout_ms.as_ref()),
-            |ms| check_timeout(*ms),
+        .bounded(
+            key!("memcached.timeout_ms"),
+            overrides.timeout_ms,
+            file.timeout_ms,
         )?
         .unwrap_or(DEFAULT_TIMEOUT.as_millis() as u64);
 
-    let connections = match file.connections {
-        Some(count @ 1..=64) => count,
-        Some(count) => {
-            return Err(origin.file_error(
-                "memcached.connections",
-                format!("must be from 1 to 64, got {count}"),
-            ));
-        }
-        None => DEFAULT_CONNECTIONS,
-    };
+    let connections = origin
+        .bounded(
+            key!("memcached.connections"),
+            None,
+            file.connections.map(|count| count as u64),
+        )?
+        .map_or(DEFAULT_CONNECTIONS, |count| count as usize);
     Ok(Memcached {
         servers,
         namespace,
@@ -163,13 +162,5 @@ fn check_namespace(namespace: &str) -> Result<String, String> {
         Ok(namespace.to_owned())
     } else {
         Err(format!("{namespace:?} must be {PLAIN_NAME_RULE}"))
-    }
-}
-
-fn check_timeout(ms: u64) -> Result<u64, String> {
-    if (1..=60_000).contains(&ms) {
-        Ok(ms)
-    } else {
-        Err(format!("must be from 1 to 60000 ms, got {ms}"))
     }
 }

@@ -14,6 +14,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use self::keys::{Key, key};
+
 mod auth;
 mod check;
 mod cluster;
@@ -21,6 +23,7 @@ mod exempt;
 mod failure;
 mod flags;
 mod guard;
+pub mod keys;
 mod limits;
 mod log;
 mod memcached;
@@ -187,8 +190,9 @@ impl Config {
 
         let listen = origin
             .layered(
-                ("listen", overrides.listen.as_deref()),
-                ("listen", file.listen.as_deref()),
+                key!("listen"),
+                overrides.listen.as_deref(),
+                file.listen.as_deref(),
                 parse_listen,
             )?
             .unwrap_or(DEFAULT_LISTEN);
@@ -283,30 +287,46 @@ impl Origin {
         ConfigError(format!("{}: {field}: {message}", self.0))
     }
 
-    /// The value of a flag (or of its `SLIDEGATE_*` twin, which clap has
-    /// already merged in) if given, else the file's, parsed; `None` when
-    /// neither sets it. A bad value is named by where it came from.
+    /// The value of `key`'s flag (or of its environment twin, which clap
+    /// has already merged in) if given, else the file's, parsed; `None`
+    /// when neither sets it. A bad value is named by where it came from.
     fn layered<V: ?Sized, T>(
         &self,
-        (flag, from_flag): (&str, Option<&V>),
-        (field, from_file): (&str, Option<&V>),
+        key: &Key,
+        from_flag: Option<&V>,
+        from_file: Option<&V>,
         parse: impl Fn(&V) -> Result<T, String>,
     ) -> Result<Option<T>, ConfigError> {
         if let Some(value) = from_flag {
             return parse(value)
                 .map(Some)
-                .map_err(|message| flag_error(flag, message));
+                .map_err(|message| flag_error(key, message));
         }
         from_file
-            .map(|value| parse(value).map_err(|message| self.file_error(field, message)))
+            .map(|value| parse(value).map_err(|message| self.file_error(key.name, message)))
             .transpose()
+    }
+
+    /// A number [`layered`](Self::layered), within `key`'s bounds.
+    fn bounded(
+        &self,
+        key: &Key,
+        from_flag: Option<u64>,
+        from_file: Option<u64>,
+    ) -> Result<Option<u64>, ConfigError> {
+        self.layered(key, from_flag.as_ref(), from_file.as_ref(), |&value| {
+            key.check(value)
+        })
     }
 }
 
-/// A bad value given by `--flag` or its `SLIDEGATE_*` twin, named so.
-fn flag_error(flag: &str, message: String) -> ConfigError {
-    let twin = format!("SLIDEGATE_{}", flag.to_uppercase().replace('-', "_"));
-    ConfigError(format!("--{flag} (or {twin}): {message}"))
+/// A bad value given by `key`'s flag or its environment twin, named so.
+fn flag_error(key: &Key, message: String) -> ConfigError {
+    let flag = key.flag.unwrap_or(key.name);
+    match key.env {
+        Some(twin) => ConfigError(format!("--{flag} (or {twin}): {message}")),
+        None => ConfigError(format!("--{flag}: {message}")),
+    }
 }
 
 fn parse_listen(text: &str) -> Result<SocketAddr, String> {

@@ -6,13 +6,10 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::keys::key;
 use super::{ConfigError, Origin, Overrides};
 use crate::limiter::DEFAULT_NEAR_CACHE_CAPACITY;
 use crate::near_cache::{DEFAULT_MAX_BYTES, DEFAULT_REVALIDATE};
-
-/// The shortest and longest `near_cache.revalidate_ms`: below 10 ms the
-/// near-cache saves hardly a read; above an hour, a reset would wait that long.
-const REVALIDATE_MS: std::ops::RangeInclusive<u64> = 10..=3_600_000;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -34,24 +31,13 @@ pub(super) fn resolve(
     file: &NearCacheSection,
     overrides: &Overrides,
 ) -> Result<NearCache, ConfigError> {
+    // Below 10 ms the near-cache saves hardly a read; above an hour, a
+    // reset would wait that long (the bounds: the key's row).
     let revalidate_ms = origin
-        .layered(
-            (
-                "near-cache-revalidate-ms",
-                overrides.near_cache_revalidate_ms.as_ref(),
-            ),
-            ("near_cache.revalidate_ms", file.revalidate_ms.as_ref()),
-            |&ms| {
-                if REVALIDATE_MS.contains(&ms) {
-                    Ok(ms)
-                } else {
-                    Err(format!(
-                        "must be from {} to {} ms, got {ms}",
-                        REVALIDATE_MS.start(),
-                        REVALIDATE_MS.end()
-                    ))
-                }
-            },
+        .bounded(
+            key!("near_cache.revalidate_ms"),
+            overrides.near_cache_revalidate_ms,
+            file.revalidate_ms,
         )?
         .map_or(DEFAULT_REVALIDATE, Duration::from_millis);
     Ok(NearCache {

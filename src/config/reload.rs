@@ -16,6 +16,7 @@ use serde::Deserialize;
 
 use self::files::{read_all, rule_files, watched};
 use self::kept::InForce;
+use super::keys::{self, Reload, key};
 use super::{Config, ConfigError, Origin, Overrides};
 
 mod files;
@@ -41,77 +42,31 @@ pub(super) fn resolve_watch(
     origin: &Origin,
     file: &ReloadSection,
 ) -> Result<Option<Duration>, ConfigError> {
-    match file.watch_ms {
-        None => Ok(Some(DEFAULT_WATCH)),
-        Some(0) => Ok(None),
-        Some(ms @ 100..=3_600_000) => Ok(Some(Duration::from_millis(ms))),
-        Some(ms) => Err(origin.file_error(
-            "reload.watch_ms",
-            format!("must be 0 (off) or from 100 to 3600000 ms, got {ms}"),
-        )),
-    }
+    Ok(
+        match origin.bounded(key!("reload.watch_ms"), None, file.watch_ms)? {
+            None => Some(DEFAULT_WATCH),
+            Some(0) => None,
+            Some(ms) => Some(Duration::from_millis(ms)),
+        },
+    )
 }
 
-/// Every key of the file that a reload puts in force at once. `policies`
-/// stands for all of `[policies.*]`.
-pub const APPLIED_LIVE: &[&str] = &[
-    "policies",
-    "auth.trusted_proxies",
-    "auth.deny_status",
-    "auth.exempt_addresses",
-    "server.max_connections",
-    "server.api_tokens",
-    "server.api_tokens_file",
-    "server.metrics_need_token",
-    "reload.watch_ms",
-    "limits.max_counters",
-    "rlqs.assignment_ttl",
-    "rlqs.abandon_after",
-    "rlqs.unmatched",
-    "rlqs.max_report_bytes",
-    "rlqs.max_domain_bytes",
-    "rlqs.max_label_name_bytes",
-    "rlqs.max_label_value_bytes",
-    "rlqs.max_tracked_bytes",
-    "rlqs.buckets",
-    "log.refusals_per_s",
-];
+/// Every key of the file that a reload puts in force at once: the rows of
+/// [`keys::KEYS`] marked live. `policies` stands for all of `[policies.*]`.
+pub const APPLIED_LIVE: &[&str] = &keys::names::<{ keys::count(Reload::Live) }>(Reload::Live);
 
 /// Every key that only a restart applies: the listeners, the store and
-/// what the limiter was built with. A reload that changes one names it
-/// and keeps running with the old value.
+/// what the limiter was built with; the rows of [`keys::KEYS`] marked
+/// restart. A reload that changes one names it and keeps running with the
+/// old value.
 ///
 /// The two lists together are every key of the file: a unit test reads the
 /// keys from the file's serde structs themselves, so a key added later
-/// fails it until it is put in one list; and [`restart_only_changes`]
-/// destructures [`Config`] without `..`, so a new field does not compile
-/// until it is compared or declared live.
-pub const RESTART_ONLY: &[&str] = &[
-    "listen",
-    "memcached.servers",
-    "memcached.timeout_ms",
-    "memcached.namespace",
-    "memcached.connections",
-    "memcached.coalesce",
-    "memcached.discovery",
-    "memcached.discovery_interval_ms",
-    "memcached.tls",
-    "memcached.tls_ca_file",
-    "memcached.tls_server_name",
-    "near_cache.capacity",
-    "near_cache.max_bytes",
-    "near_cache.revalidate_ms",
-    "failure.mode",
-    "rls.listen",
-    "rls.config",
-    "rls.max_descriptors",
-    "rlqs.listen",
-    "memory.capacity",
-    "clock.source",
-    "server.shutdown_delay_ms",
-    "server.drain_timeout_ms",
-    "log.format",
-];
+/// fails it until it has a row; another checks that
+/// [`restart_only_changes`] names exactly these; and it destructures
+/// [`Config`] without `..`, so a new field does not compile until it is
+/// compared or declared live.
+pub const RESTART_ONLY: &[&str] = &keys::names::<{ keys::count(Reload::Restart) }>(Reload::Restart);
 
 /// The configuration the process started with, and how to load the next.
 pub struct Reloader {

@@ -3,7 +3,7 @@
 //! (`bounds`). Everything but `listen` applies live on a reload (see
 //! `server::rlqs`).
 
-mod bounds;
+pub(super) mod bounds;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{ConfigError, Origin, Overrides, parse_listen};
+use super::keys::key;
+use super::{ConfigError, Key, Origin, Overrides, parse_listen};
 use crate::policy::{Limit, parse_duration_ms};
 pub use bounds::RlqsBounds;
 
@@ -24,8 +25,6 @@ pub(crate) const RLQS_DEMAND_PRECISION: u32 = 10;
 pub const DEFAULT_ASSIGNMENT_TTL: Duration = Duration::from_secs(10);
 /// How long a stream may leave a bucket unreported before it is abandoned.
 pub const DEFAULT_ABANDON_AFTER: Duration = Duration::from_secs(60);
-/// The longest TTL or abandon time accepted: a day.
-const MAX_DURATION_MS: u64 = 86_400_000;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -123,8 +122,9 @@ pub(super) fn resolve(
 ) -> Result<RlqsConfig, ConfigError> {
     let in_file = |field: &str, message: String| origin.file_error(field, message);
     let listen = origin.layered(
-        ("rlqs-listen", overrides.rlqs_listen.as_deref()),
-        ("rlqs.listen", section.listen.as_deref()),
+        key!("rlqs.listen"),
+        overrides.rlqs_listen.as_deref(),
+        section.listen.as_deref(),
         parse_listen,
     )?;
     if !cfg!(feature = "grpc") && listen.is_some() {
@@ -142,29 +142,27 @@ pub(super) fn resolve(
             ),
         ));
     }
-    let duration = |field: &str, text: Option<&String>, default: Duration, whole: bool| {
-        let Some(text) = text else {
-            return Ok(default);
+    let duration = |key: &'static Key, text: Option<&String>, default: Duration, whole: bool| {
+        let parse = |text: &str| {
+            let ms = key.check(parse_duration_ms(text)?)?;
+            if whole && ms % 1_000 != 0 {
+                return Err(format!("must be whole seconds, got {text:?}"));
+            }
+            Ok(Duration::from_millis(ms))
         };
-        let ms = parse_duration_ms(text).map_err(|message| in_file(field, message))?;
-        if !(1_000..=MAX_DURATION_MS).contains(&ms) || (whole && ms % 1_000 != 0) {
-            let whole = if whole { "whole seconds, " } else { "" };
-            return Err(in_file(
-                field,
-                format!("must be {whole}from 1s to 1d, got {text:?}"),
-            ));
-        }
-        Ok(Duration::from_millis(ms))
+        origin
+            .layered(key, None, text.map(String::as_str), parse)
+            .map(|given| given.unwrap_or(default))
     };
     // Envoy reads an assignment's TTL in whole seconds.
     let assignment_ttl = duration(
-        "rlqs.assignment_ttl",
+        key!("rlqs.assignment_ttl"),
         section.assignment_ttl.as_ref(),
         DEFAULT_ASSIGNMENT_TTL,
         true,
     )?;
     let abandon_after = duration(
-        "rlqs.abandon_after",
+        key!("rlqs.abandon_after"),
         section.abandon_after.as_ref(),
         DEFAULT_ABANDON_AFTER,
         false,

@@ -8,13 +8,11 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use super::keys::key;
 use super::{ConfigError, Origin, Overrides, parse_listen};
 
 /// Descriptors one RLS request may carry when `rls.max_descriptors` is not set.
 pub const DEFAULT_RLS_MAX_DESCRIPTORS: usize = 64;
-/// The highest `rls.max_descriptors`: about what gRPC's 4 MiB message bound
-/// lets through anyway.
-const MAX_RLS_DESCRIPTORS: u64 = 100_000;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -38,8 +36,9 @@ pub(super) fn resolve(
     file_dir: Option<&Path>,
 ) -> Result<Rls, ConfigError> {
     let listen = origin.layered(
-        ("rls-listen", overrides.rls_listen.as_deref()),
-        ("rls.listen", file.listen.as_deref()),
+        key!("rls.listen"),
+        overrides.rls_listen.as_deref(),
+        file.listen.as_deref(),
         parse_listen,
     )?;
     // A path in the file is relative to the file, as a reader expects.
@@ -49,16 +48,11 @@ pub(super) fn resolve(
             _ => path.clone(),
         })
     });
-    let max_descriptors = match file.max_descriptors {
-        None => DEFAULT_RLS_MAX_DESCRIPTORS,
-        Some(max @ 1..=MAX_RLS_DESCRIPTORS) => max as usize,
-        Some(max) => {
-            return Err(origin.file_error(
-                "rls.max_descriptors",
-                format!("must be from 1 to {MAX_RLS_DESCRIPTORS}, got {max}"),
-            ));
-        }
-    };
+    // The highest is about what gRPC's 4 MiB message bound lets through
+    // anyway.
+    let max_descriptors = origin
+        .bounded(key!("rls.max_descriptors"), None, file.max_descriptors)?
+        .map_or(DEFAULT_RLS_MAX_DESCRIPTORS, |max| max as usize);
     if !cfg!(feature = "grpc") && (listen.is_some() || config.is_some()) {
         return Err(ConfigError(
             "Envoy RLS is configured, but this build has no `grpc` feature".to_owned(),

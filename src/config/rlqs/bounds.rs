@@ -1,7 +1,9 @@
 //! What an RLQS client can make an instance hold, in bytes: one report, its
 //! domain and its labels, and the buckets all streams keep together. Each
-//! is a key of `[rlqs]`, applied live on a reload.
+//! is a key of `[rlqs]`, applied live on a reload; their ranges are
+//! the keys' rows in `config::keys`.
 
+use super::super::keys::{Key, key};
 use super::super::{ConfigError, Origin};
 
 /// The largest usage report: Envoy sends every bucket of its cache in one
@@ -19,13 +21,6 @@ pub const DEFAULT_MAX_LABEL_VALUE_BYTES: usize = 512;
 /// a few short labels each (their count's own bound) fit with room, while
 /// buckets with the largest ids the label bounds allow stop well before it.
 pub const DEFAULT_MAX_TRACKED_BYTES: u64 = 64 << 20;
-
-/// Each bound's key in `[rlqs]`, its range and its default.
-const REPORT: Bound = Bound::new("rlqs.max_report_bytes", 4_096, 64 << 20);
-const DOMAIN: Bound = Bound::new("rlqs.max_domain_bytes", 1, 65_536);
-const LABEL_NAME: Bound = Bound::new("rlqs.max_label_name_bytes", 1, 4_096);
-const LABEL_VALUE: Bound = Bound::new("rlqs.max_label_value_bytes", 1, 65_536);
-const TRACKED: Bound = Bound::new("rlqs.max_tracked_bytes", 1 << 20, 1 << 40);
 
 /// The bounds in force.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,59 +60,39 @@ pub(super) struct Given {
     pub max_tracked_bytes: Option<u64>,
 }
 
-struct Bound {
-    key: &'static str,
-    least: u64,
-    most: u64,
-}
-
-impl Bound {
-    const fn new(key: &'static str, least: u64, most: u64) -> Bound {
-        Bound { key, least, most }
-    }
-
-    fn resolve(
-        &self,
-        origin: &Origin,
-        given: Option<u64>,
-        default: u64,
-    ) -> Result<u64, ConfigError> {
-        match given {
-            None => Ok(default),
-            Some(bytes) if (self.least..=self.most).contains(&bytes) => Ok(bytes),
-            Some(bytes) => Err(origin.file_error(
-                self.key,
-                format!(
-                    "must be from {} to {} bytes, got {bytes}",
-                    self.least, self.most
-                ),
-            )),
-        }
-    }
-}
-
 pub(super) fn resolve(origin: &Origin, section: &Given) -> Result<RlqsBounds, ConfigError> {
     let defaults = RlqsBounds::default();
-    let size = |bound: &Bound, given: Option<u64>, default: usize| {
-        bound
-            .resolve(origin, given, default as u64)
-            .map(|bytes| usize::try_from(bytes).unwrap_or(usize::MAX))
+    let bytes = |key: &'static Key, given: Option<u64>, default: u64| {
+        origin
+            .bounded(key, None, given)
+            .map(|bytes| bytes.unwrap_or(default))
+    };
+    let size = |key: &'static Key, given: Option<u64>, default: usize| {
+        bytes(key, given, default as u64).map(|bytes| usize::try_from(bytes).unwrap_or(usize::MAX))
     };
     Ok(RlqsBounds {
-        report_bytes: size(&REPORT, section.max_report_bytes, defaults.report_bytes)?,
-        domain_bytes: size(&DOMAIN, section.max_domain_bytes, defaults.domain_bytes)?,
+        report_bytes: size(
+            key!("rlqs.max_report_bytes"),
+            section.max_report_bytes,
+            defaults.report_bytes,
+        )?,
+        domain_bytes: size(
+            key!("rlqs.max_domain_bytes"),
+            section.max_domain_bytes,
+            defaults.domain_bytes,
+        )?,
         label_name_bytes: size(
-            &LABEL_NAME,
+            key!("rlqs.max_label_name_bytes"),
             section.max_label_name_bytes,
             defaults.label_name_bytes,
         )?,
         label_value_bytes: size(
-            &LABEL_VALUE,
+            key!("rlqs.max_label_value_bytes"),
             section.max_label_value_bytes,
             defaults.label_value_bytes,
         )?,
-        tracked_bytes: TRACKED.resolve(
-            origin,
+        tracked_bytes: bytes(
+            key!("rlqs.max_tracked_bytes"),
             section.max_tracked_bytes,
             defaults.tracked_bytes,
         )?,
