@@ -14,6 +14,8 @@
 
 pub mod reference;
 mod table;
+#[cfg(test)]
+mod tests;
 
 pub use reference::reference;
 pub use table::KEYS;

@@ -16,7 +16,7 @@ use serde::Deserialize;
 
 use self::files::{read_all, rule_files, watched};
 use self::kept::InForce;
-use super::keys::{self, Reload, key};
+use super::keys::{Reload, count, key, names};
 use super::{Config, ConfigError, Origin, Overrides};
 
 mod files;
@@ -52,11 +52,11 @@ pub(super) fn resolve_watch(
 }
 
 /// Every key of the file that a reload puts in force at once: the rows of
-/// [`keys::KEYS`] marked live. `policies` stands for all of `[policies.*]`.
-pub const APPLIED_LIVE: &[&str] = &keys::names::<{ keys::count(Reload::Live) }>(Reload::Live);
+/// [`KEYS`](super::keys::KEYS) marked live. `policies` stands for all of `[policies.*]`.
+pub const APPLIED_LIVE: &[&str] = &names::<{ count(Reload::Live) }>(Reload::Live);
 
 /// Every key that only a restart applies: the listeners, the store and
-/// what the limiter was built with; the rows of [`keys::KEYS`] marked
+/// what the limiter was built with; the rows of [`KEYS`](super::keys::KEYS) marked
 /// restart. A reload that changes one names it and keeps running with the
 /// old value.
 ///
@@ -66,7 +66,7 @@ pub const APPLIED_LIVE: &[&str] = &keys::names::<{ keys::count(Reload::Live) }>(
 /// [`restart_only_changes`] names exactly these; and it destructures
 /// [`Config`] without `..`, so a new field does not compile until it is
 /// compared or declared live.
-pub const RESTART_ONLY: &[&str] = &keys::names::<{ keys::count(Reload::Restart) }>(Reload::Restart);
+pub const RESTART_ONLY: &[&str] = &names::<{ count(Reload::Restart) }>(Reload::Restart);
 
 /// The configuration the process started with, and how to load the next.
 pub struct Reloader {
@@ -260,7 +260,7 @@ impl Reloader {
 }
 
 #[cfg(test)]
-mod keys;
+pub(super) mod keys;
 
 #[cfg(test)]
 mod tests;

@@ -128,7 +128,7 @@ fn bad_values_name_the_file_and_field() {
         ),
         (
             "[log]\nrefusals_per_s = 10001",
-            "slidegate.toml: log.refusals_per_s: must be from 0 (off) to 10000, got 10001",
+            "slidegate.toml: log.refusals_per_s: must be from 0 to 10000 refusals a second, got 10001",
         ),
     ];
     for (text, expected) in cases {

@@ -32,7 +32,8 @@ pub fn reference() -> String {
             key.name,
             anchor(key.name),
             default(key),
-            key.flag.map_or("".to_owned(), |flag| format!("`--{flag}`")),
+            key.flag
+                .map_or("none".to_owned(), |flag| format!("`--{flag}`")),
             reload(key.reload),
         );
     }
@@ -82,7 +83,10 @@ fn command_line_only(page: &mut String) {
         if KEYS.iter().any(|key| key.flag == Some(long)) {
             continue;
         }
-        let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
+        let mut help = arg.get_help().map(ToString::to_string).unwrap_or_default();
+        if !help.ends_with('.') {
+            help.push('.');
+        }
         let env = arg
             .get_env()
             .map(|env| format!(" (or `{}`)", env.to_string_lossy()))
@@ -110,8 +114,13 @@ fn kind(kind: Type) -> String {
     }
 }
 
+const MIB: u64 = 1 << 20;
+
 fn default(key: &Key) -> String {
     match key.default {
+        Value::Integer(value) if key.kind == Type::Integer("bytes") && value % MIB == 0 => {
+            format!("`{value}` ({} MiB)", value / MIB)
+        }
         Value::Integer(value) => format!("`{value}`"),
         Value::Boolean(value) => format!("`{value}`"),
         Value::String(text) => format!("`\"{text}\"`"),
@@ -125,6 +134,7 @@ fn range(key: &Key) -> String {
         _ => value.to_string(),
     };
     match key.bounds {
+        Bounds::Any if matches!(key.kind, Type::OneOf(_)) => "one of the above".to_owned(),
         Bounds::Any => "any".to_owned(),
         Bounds::Between(least, most) => format!("{} to {}", number(least), number(most)),
         Bounds::ZeroOr(least, most) => {

@@ -240,7 +240,7 @@ pub const KEYS: &[Key] = &[
         .default(Value::String("text"))
         .flag("log-format", "SLIDEGATE_LOG_FORMAT")
         .about("`text` for a person, or `json`, one object a line, for a log pipeline: every line the process writes, start errors and `--check` included."),
-    key("log.refusals_per_s", Integer("a second"), Live)
+    key("log.refusals_per_s", Integer("refusals a second"), Live)
         .default(Value::Integer(0))
         .bounds(Between(0, 10_000))
         .flag("log-refusals-per-s", "SLIDEGATE_LOG_REFUSALS_PER_S")
