@@ -5,7 +5,7 @@
 //! and their environment twins (`flags.rs`), the loader's bounds checks
 //! and its messages (`Origin::layered`, [`Key::check`]), the reload's
 //! lists (`reload::APPLIED_LIVE`, `reload::RESTART_ONLY`) and the
-//! configuration reference in the book ([`reference`]).
+//! configuration reference in the book ([`reference::reference`]).
 //!
 //! Tests hold the rest to it: every key the file's serde structs accept has
 //! a row of the same type; every flag clap parses is a row's, with the
@@ -17,7 +17,6 @@ mod table;
 #[cfg(test)]
 mod tests;
 
-pub use reference::reference;
 pub use table::KEYS;
 
 /// One key of the configuration file.

@@ -3,9 +3,11 @@
 //! Validated once, at start; every message names where the bad value came
 //! from (the file or the flag) and the field.
 //!
-//! One file per section of the file, each with its serde struct, its
-//! checks, and whether it reloads live (said at its top, and in the lists
-//! of `reload.rs`); this file only assembles them.
+//! One file per section of the file, each with its serde struct and its
+//! checks; this file only assembles them. What is known of each key (its
+//! type, default, bounds, flag, variable, whether a reload applies it) is
+//! one row of the table in `keys.rs`, which the flags, the bounds checks,
+//! the reload's lists and the book's configuration reference all read.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
