@@ -171,7 +171,7 @@ pub(crate) fn duration(ms: u64) -> String {
     ];
     UNITS
         .iter()
-        .find(|(size, _)| ms > 0 && ms % size == 0)
+        .find(|(size, _)| ms > 0 && ms.is_multiple_of(*size))
         .map_or_else(
             || format!("{ms}ms"),
             |(size, unit)| format!("{}{unit}", ms / size),

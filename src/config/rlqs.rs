@@ -145,7 +145,7 @@ pub(super) fn resolve(
     let duration = |key: &'static Key, text: Option<&String>, default: Duration, whole: bool| {
         let parse = |text: &str| {
             let ms = key.check(parse_duration_ms(text)?)?;
-            if whole && ms % 1_000 != 0 {
+            if whole && !ms.is_multiple_of(1_000) {
                 return Err(format!("must be whole seconds, got {text:?}"));
             }
             Ok(Duration::from_millis(ms))
