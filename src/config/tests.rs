@@ -147,40 +147,6 @@ fn bad_values_name_the_file_and_field() {
 }
 
 #[test]
-fn every_flag_has_the_environment_twin_its_errors_name() {
-    // Origin::layered derives `SLIDEGATE_X_Y` from `--x-y` for messages;
-    // the twins clap actually reads must be those names.
-    use clap::CommandFactory;
-    let command = Overrides::command();
-    let flags: Vec<_> = command
-        .get_arguments()
-        .filter(|arg| arg.get_long().is_some())
-        .collect();
-    assert_eq!(flags.len(), 21);
-    for arg in flags {
-        let long = arg.get_long().unwrap_or_default();
-        if long == "no-coalesce" {
-            // Its twin, SLIDEGATE_COALESCE, says the opposite and is read
-            // by hand (memcached.rs); checked below.
-            assert_eq!(arg.get_env(), None);
-            continue;
-        }
-        if long == "check" {
-            // A mode of the command, not a setting: a variable left set
-            // would turn every start into a check.
-            assert_eq!(arg.get_env(), None);
-            continue;
-        }
-        let twin = format!("SLIDEGATE_{}", long.to_uppercase().replace('-', "_"));
-        assert_eq!(
-            arg.get_env().and_then(|env| env.to_str()),
-            Some(twin.as_str()),
-            "--{long}"
-        );
-    }
-}
-
-#[test]
 fn coalescing_is_on_unless_the_file_the_environment_or_the_flag_turns_it_off() {
     let resolve = |file: &str, env: Option<&str>, flag: bool| {
         let overrides = Overrides {

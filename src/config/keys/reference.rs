@@ -118,7 +118,9 @@ const MIB: u64 = 1 << 20;
 
 fn default(key: &Key) -> String {
     match key.default {
-        Value::Integer(value) if key.kind == Type::Integer("bytes") && value.is_multiple_of(MIB) => {
+        Value::Integer(value)
+            if key.kind == Type::Integer("bytes") && value.is_multiple_of(MIB) =>
+        {
             format!("`{value}` ({} MiB)", value / MIB)
         }
         Value::Integer(value) => format!("`{value}`"),

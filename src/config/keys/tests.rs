@@ -93,6 +93,31 @@ fn every_flag_is_a_rows_with_the_rows_variable() {
     assert_eq!(seen, flagged, "rows whose flag clap does not parse");
 }
 
+/// A flag's twin is its name in capitals after `SLIDEGATE_`, so that
+/// either can be guessed from the other; `--check`, a mode of the command
+/// rather than a setting, has none (a variable left set would turn every
+/// start into a check).
+#[test]
+fn each_variable_is_its_flag_in_capitals() {
+    for key in KEYS {
+        let (Some(flag), Some(env)) = (key.flag, key.env) else {
+            continue;
+        };
+        let twin = format!("SLIDEGATE_{}", flag.to_uppercase().replace('-', "_"));
+        if VARIABLE_READ_BY_HAND.contains(&key.name) {
+            // `--no-coalesce` and `SLIDEGATE_COALESCE` say opposite things.
+            assert_eq!(format!("SLIDEGATE_NO_{}", &env["SLIDEGATE_".len()..]), twin);
+        } else {
+            assert_eq!(env, twin, "{}", key.name);
+        }
+    }
+    let command = Overrides::command();
+    let check = command
+        .get_arguments()
+        .find(|arg| arg.get_long() == Some("check"));
+    assert_eq!(check.and_then(|arg| arg.get_env()), None);
+}
+
 /// Keys whose value sits in a user's table or a list's element: their
 /// defaults and bounds are the policy's and the bucket's, checked there.
 fn top_level(key: &Key) -> bool {
