@@ -52,7 +52,8 @@ pub(super) fn resolve_watch(
 }
 
 /// Every key of the file that a reload puts in force at once: the rows of
-/// [`KEYS`](super::keys::KEYS) marked live. `policies` stands for all of `[policies.*]`.
+/// [`KEYS`](super::keys::KEYS) marked live, `policies` and `rlqs.buckets`
+/// with the fields of their entries.
 pub const APPLIED_LIVE: &[&str] = &names::<{ count(Reload::Live) }>(Reload::Live);
 
 /// Every key that only a restart applies: the listeners, the store and

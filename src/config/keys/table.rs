@@ -22,7 +22,7 @@ const fn ms(duration: std::time::Duration) -> u64 {
 
 /// Every key of the file.
 pub const KEYS: &[Key] = &[
-    key("listen", Type::String("host:port"), Restart)
+    key("listen", Type::String("IP address:port"), Restart)
         .default(Value::String("127.0.0.1:8080"))
         .flag("listen", "SLIDEGATE_LISTEN")
         .about("The address the HTTP API listens on. `0.0.0.0:8080` to serve other hosts (in a container, say)."),
@@ -51,29 +51,31 @@ pub const KEYS: &[Key] = &[
         .about("Concurrent checks of one key share one store exchange, so a hot key costs one round trip at a time. `--no-coalesce` (or `SLIDEGATE_COALESCE=false`) turns it off, to compare."),
     key("memcached.discovery", Type::String("host:port"), Restart)
         .default(Value::Unset("none"))
+        .bounds(Rule("`host:port`; not with `memcached.servers` in the same layer"))
         .flag("memcached-discovery", "SLIDEGATE_MEMCACHED_DISCOVERY")
         .about("An ElastiCache configuration endpoint, instead of `memcached.servers`: the node list comes from it and follows it. Where the nodes come from is one setting: a flag or variable giving either replaces the file's choice."),
     key("memcached.discovery_interval_ms", Integer("ms"), Restart)
         .default(Value::Integer(ms(crate::store::DEFAULT_DISCOVERY_INTERVAL)))
         .bounds(Between(1_000, 86_400_000))
-        .about("How often the configuration endpoint is polled for the node list."),
+        .about("How often the configuration endpoint is polled for the node list. Lower it to follow a cluster's scaling sooner."),
     key("memcached.tls", Boolean, Restart)
         .default(Value::Boolean(false))
         .flag("memcached-tls", "SLIDEGATE_MEMCACHED_TLS")
         .about("TLS to every node and to the configuration endpoint (ElastiCache encryption in transit). `--memcached-tls=false` turns off the file's `tls = true`."),
     key("memcached.tls_ca_file", Type::String("path"), Restart)
         .default(Value::Unset("the system's roots"))
+        .bounds(Rule("a readable file"))
         .flag("memcached-tls-ca", "SLIDEGATE_MEMCACHED_TLS_CA")
         .about("A PEM file of the CA to trust, relative to the configuration file; giving one turns TLS on."),
     key("memcached.tls_server_name", Type::String("host name"), Restart)
         .default(Value::Unset("each node's host"))
         .bounds(Rule("only with TLS"))
-        .about("The name the nodes' certificates must carry, when it is not the host dialled."),
+        .about("The name the nodes' certificates must carry, when it is not the host dialled (nodes reached through a tunnel or by address)."),
     key("near_cache.capacity", Integer("keys"), Restart)
         .default(Value::Integer(crate::limiter::DEFAULT_NEAR_CACHE_CAPACITY))
         .bounds(Rule("any; 0 turns the near-cache off"))
         .flag("near-cache-capacity", "SLIDEGATE_NEAR_CACHE_CAPACITY")
-        .about("Keys of hot rejects this instance remembers, to refuse them again without a store round trip."),
+        .about("Keys of hot rejects this instance remembers, to refuse them again without a store round trip. Raise it when many distinct keys are refused at once; 0 turns the near-cache off."),
     key("near_cache.max_bytes", Integer("bytes"), Restart)
         .default(Value::Integer(crate::near_cache::DEFAULT_MAX_BYTES))
         .bounds(Rule("any; 0 turns the near-cache off"))
@@ -93,6 +95,7 @@ pub const KEYS: &[Key] = &[
         .about("What decides while the store fails or is late: `allow` admits (fail open), `deny` answers 503 (fail closed), `local` counts in this process alone."),
     key("auth.trusted_proxies", List("addresses or networks"), Live)
         .default(Value::Unset("none"))
+        .bounds(Rule("IP addresses, or networks in CIDR form"))
         .about("Peers (`10.0.0.0/8`) whose `X-Forwarded-For` forward-auth (`GET /v1/auth`) believes. Give your proxies' addresses, and no more: a client that is believed chooses its key."),
     key("auth.deny_status", Integer("HTTP status"), Live)
         .default(Value::Integer(429))
@@ -100,6 +103,7 @@ pub const KEYS: &[Key] = &[
         .about("The status of a forward-auth refusal. `403` behind nginx, whose `auth_request` passes on only 2xx, 401 and 403."),
     key("auth.exempt_addresses", List("addresses or networks"), Live)
         .default(Value::Unset("none"))
+        .bounds(Rule("IP addresses, or networks in CIDR form"))
         .about("Client networks (`10.0.0.0/8`, `::1`) that forward-auth never limits, matched after `auth.trusted_proxies`."),
     key("policies", Table, Live)
         .default(Value::Unset("none"))
@@ -130,19 +134,20 @@ pub const KEYS: &[Key] = &[
     key("policies.NAME.exempt_keys", List("strings"), Live)
         .default(Value::Unset("none"))
         .about("Keys this policy never limits: exact, or a trailing `*` for a prefix (`\"internal-*\"`)."),
-    key("rls.listen", Type::String("host:port"), Restart)
+    key("rls.listen", Type::String("IP address:port"), Restart)
         .default(Value::Unset("off"))
         .flag("rls-listen", "SLIDEGATE_RLS_LISTEN")
         .about("The address of Envoy's rate-limit service (RLS v3, gRPC); not served unless given."),
     key("rls.config", Type::String("path"), Restart)
         .default(Value::Unset("none"))
+        .bounds(Rule("a file, or a directory of `.yaml` and `.yml` files; needs `rls.listen`"))
         .flag("rls-config", "SLIDEGATE_RLS_CONFIG")
         .about("envoyproxy/ratelimit YAML rules: a file or a directory, relative to the configuration file. The path needs a restart; the rules in it reload live (a rule file edited, added or removed)."),
     key("rls.max_descriptors", Integer("descriptors"), Restart)
         .default(Value::Integer(DEFAULT_RLS_MAX_DESCRIPTORS as u64))
         .bounds(Between(1, 100_000))
         .about("The most descriptors one `ShouldRateLimit` request may carry; past it, `INVALID_ARGUMENT` naming `descriptors`."),
-    key("rlqs.listen", Type::String("host:port"), Restart)
+    key("rlqs.listen", Type::String("IP address:port"), Restart)
         .default(Value::Unset("off"))
         .flag("rlqs-listen", "SLIDEGATE_RLQS_LISTEN")
         .about("The address of Envoy's rate-limit quota service (RLQS v3, gRPC); not served unless given."),
@@ -207,7 +212,7 @@ pub const KEYS: &[Key] = &[
         // 32 bytes a counter: 16 GiB at most.
         .bounds(Between(1, 500_000_000))
         .flag("memory-capacity", "SLIDEGATE_MEMORY_CAPACITY")
-        .about("Counters the embedded store holds (32 bytes each), and the counters of failure mode `local`; past it the least recently used is evicted."),
+        .about("Counters the embedded store holds (32 bytes each), and the counters of failure mode `local`; past it the least recently used is evicted. Raise it when one instance counts more keys than that in memory."),
     key("server.max_connections", Integer("connections"), Live)
         .default(Value::Integer(DEFAULT_MAX_CONNECTIONS as u64))
         .bounds(Between(1, 1_000_000))
@@ -219,6 +224,7 @@ pub const KEYS: &[Key] = &[
         .about("Bearer tokens every route but `/healthz`, `/readyz`, `/openapi.json` and `/` requires, and the RLS and RLQS listeners. The variable (comma-separated) replaces the file's tokens; there is no flag, which would show them to anyone who can list processes."),
     key("server.api_tokens_file", Type::String("path"), Live)
         .default(Value::Unset("none"))
+        .bounds(Rule("a readable file; each token 16 to 4096 printable ASCII bytes"))
         .about("A file of tokens, one a line (`#` comments), in addition to `server.api_tokens`, watched like the configuration file. Once either is written the guard stays on: an empty list or file refuses every call."),
     key("server.metrics_need_token", Boolean, Live)
         .default(Value::Boolean(false))
