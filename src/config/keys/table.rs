@@ -1,8 +1,20 @@
 //! Every key of the configuration file, one row each, in the order the
-//! reference lists them. Adding a key: its field in the section's serde
-//! struct, its row here (a flag's and variable's names only here: clap
-//! reads them from the row), and its resolution in the section's file.
-//! The tests in `keys/tests.rs` say what is missing.
+//! reference lists them.
+//!
+//! Adding a key:
+//! 1. its field in the section's serde struct (`memcached.rs`, ...);
+//! 2. its row here: type, default, bounds, flag and variable, reload,
+//!    what it is for;
+//! 3. its flag, if it has one, in `flags.rs`, named from the row:
+//!    `#[arg(long = const { Key::flag_of("a.b") }, env = const { Key::env_of("a.b") })]`;
+//! 4. its resolution in the section's file, bounds from the row:
+//!    `origin.bounded(key!("a.b"), overrides.a_b, file.b)?`;
+//! 5. if it needs a restart, its comparison in
+//!    `reload/restart_only.rs` (the reload's lists come from the rows);
+//! 6. the book's page written again:
+//!    `SLIDEGATE_BLESS=1 cargo test --test configuration_reference`.
+//!
+//! The tests in `keys/tests.rs` and `reload/tests.rs` say what is missing.
 
 use super::Bounds::{Any, Between, Rule, ZeroOr};
 use super::Reload::{Live, Restart};
