@@ -43,8 +43,9 @@ thread_local! {
 impl KeyDigest {
     /// The digest of `key` in `scope`. Each thread remembers the last key
     /// it digested: a hot key (a tenant's whole fleet behind one API key)
-    /// is digested once per thread while it stays hot, where BLAKE3 was 16%
-    /// of a hot key's instructions per check. Another key costs a
+    /// is digested once per thread while it stays hot, where BLAKE3 was a
+    /// large share of a hot key's instructions per check
+    /// (`bench/instructions.sh` measures it). Another key costs a
     /// comparison and a copy more.
     pub fn of(scope: &str, key: &str) -> KeyDigest {
         if key.len() > REMEMBERED_KEY_MAX {
@@ -80,7 +81,7 @@ impl KeyDigest {
 
     /// The same bytes in one buffer and one call: a `Hasher` (its 1.9 KB of
     /// state set up, three updates) cost twice what hashing a short key
-    /// does (callgrind: 1,100 instructions a check on distinct keys).
+    /// does (`bench/instructions.sh`, distinct keys).
     fn one_shot<const N: usize>(prefix: &[u8], scope: &str, key: &str) -> KeyDigest {
         let (scope_at, key_at) = (prefix.len(), prefix.len() + scope.len());
         let length = key_at + key.len();
@@ -115,7 +116,7 @@ impl KeyDigest {
     pub fn hex(&self) -> [u8; 32] {
         // Two digits a byte from one table: a check writes its digest three
         // times (routing, and the key of each command), and digit by digit
-        // it was 3.5% of a check's instructions.
+        // it showed in a check's instruction profile.
         const PAIRS: [[u8; 2]; 256] = {
             const DIGITS: &[u8; 16] = b"0123456789abcdef";
             let mut pairs = [[0u8; 2]; 256];
