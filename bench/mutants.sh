@@ -6,7 +6,7 @@
 # Each group of files is mutated with only the test targets that cover it
 # (unit tests always, an integration target only where the unit tests
 # cannot see a behaviour), so a mutant rebuilds and runs a few test
-# binaries, not the whole suite. See docs/testing.md, "Mutants", for the
+# binaries, not the whole suite. See docs/src/contributing/mutants.md for the
 # counts and how long it takes.
 #
 #   bench/mutants.sh                    every group, every mutant

@@ -1,4 +1,4 @@
-//! The traces of docs/accuracy.md. `scale` multiplies every duration (1.0
+//! The traces of docs/src/design/accuracy.md. `scale` multiplies every duration (1.0
 //! for the published figures; smaller for a quick look or for Memcached).
 
 use crate::trace::{Pattern, Rng, Source, Trace};
@@ -149,7 +149,7 @@ pub fn attack_mix(well_behaved: u32, attackers: u32, ceiling: f64, scale: f64) -
     )
 }
 
-/// Every trace of docs/accuracy.md, in the order of its tables.
+/// Every trace of docs/src/design/accuracy.md, in the order of its tables.
 pub fn all(scale: f64) -> Vec<Trace> {
     let mut traces: Vec<Trace> = [50, 90, 100, 110, 200]
         .into_iter()

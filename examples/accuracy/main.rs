@@ -5,10 +5,10 @@
 //! decision is judged. Then two studies (`studies.rs`): the error by
 //! precision from 1 to 100, and the attack mix by how close its
 //! well-behaved clients come to the limit; they run only with every trace,
-//! on the in-memory store. docs/accuracy.md explains the figures.
+//! on the in-memory store. docs/src/design/accuracy.md explains the figures.
 //!
 //!     cargo run --release --example accuracy                   # every trace, in-memory store
-//!     cargo run --release --example accuracy -- --docs         # and rewrite docs/accuracy.md and its plot
+//!     cargo run --release --example accuracy -- --docs         # and rewrite docs/src/design/accuracy.md and its plot
 //!     cargo run --release --example accuracy -- --trace steady-110 --scale 0.1
 //!     cargo run --release --example accuracy -- --memcached 127.0.0.1:11211 --scale 0.02
 //!
@@ -155,7 +155,7 @@ fn write_docs(
     summary: &str,
     studies: Option<&str>,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs");
+    let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/src/design");
     let page: PathBuf = docs.join("accuracy.md");
     let mut document =
         std::fs::read_to_string(&page).map_err(|error| format!("{}: {error}", page.display()))?;

@@ -1,4 +1,4 @@
-//! The plot of docs/accuracy.md: one client's window over time, as each
+//! The plot of docs/src/design/accuracy.md: one client's window over time, as each
 //! decider sees it, drawn as SVG.
 
 use std::path::Path;

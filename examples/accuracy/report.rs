@@ -1,5 +1,5 @@
 //! The figures, as text for the terminal and as markdown for
-//! docs/accuracy.md.
+//! docs/src/design/accuracy.md.
 
 use std::fmt::Write;
 

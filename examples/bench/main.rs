@@ -1,6 +1,6 @@
 //! slidegate beside its ceilings, in one run against one memcached, so the
 //! ratios hold on a noisy shared machine. `bench/run.sh` builds what it
-//! needs, starts a memcached on loopback and runs this; docs/performance.md
+//! needs, starts a memcached on loopback and runs this; docs/src/performance.md
 //! explains the table it prints.
 //!
 //!     bench/run.sh                                   # everything
