@@ -1,6 +1,6 @@
 //! What teams adopt slidegate through, checked against the real thing:
-//! the axum example running, the Docker compose file, and the README's
-//! configuration reference. (`/metrics`, the dashboard and shadow mode:
+//! the axum example running, the Docker compose file, and the book's
+//! configuration table (docs/src/guide/configuration.md). (`/metrics`, the dashboard and shadow mode:
 //! tests/served.rs.)
 
 mod common;
@@ -201,9 +201,9 @@ fn accepted_keys() -> BTreeSet<String> {
 }
 
 #[test]
-fn the_readme_documents_every_config_key() {
-    let readme = read("README.md");
-    let table: BTreeSet<String> = readme
+fn the_configuration_chapter_lists_every_config_key() {
+    let chapter = read("docs/src/guide/configuration.md");
+    let table: BTreeSet<String> = chapter
         .lines()
         .filter_map(|line| line.strip_prefix("| `"))
         .filter_map(|rest| rest.split('`').next())
@@ -214,7 +214,7 @@ fn the_readme_documents_every_config_key() {
     let missing: Vec<&String> = keys.iter().filter(|key| !table.contains(*key)).collect();
     assert!(
         missing.is_empty(),
-        "README's configuration table lacks {missing:?} (it has {table:?})"
+        "the configuration chapter's table lacks {missing:?} (it has {table:?})"
     );
 }
 
@@ -351,7 +351,7 @@ mod tower_layer {
 }
 
 /// "With `default-features = false` the crate has no HTTP dependencies",
-/// as the README's library mode says, with or without the `memcached`
+/// as the book's library chapter says, with or without the `memcached`
 /// feature: checked in the dependency tree cargo resolves for it.
 #[test]
 fn the_library_without_default_features_has_no_http_dependencies() {
@@ -400,7 +400,7 @@ fn the_library_without_default_features_has_no_http_dependencies() {
     }
 }
 
-/// The image's promises (the README's Docker section): it runs as a user
+/// The image's promises (the book's Kubernetes chapter, on Docker): it runs as a user
 /// of its own, not root, and its HEALTHCHECK, run as written against the
 /// binary, passes while the service answers and fails once it is gone.
 #[test]

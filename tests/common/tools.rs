@@ -177,3 +177,54 @@ pub fn grpc_python_stubs(python: &Path, out: &Path, files: &[&str]) {
         .args(files);
     super::process::succeed(protoc);
 }
+
+/// The mdBook version `.ci/run` and the book's test build with.
+#[allow(dead_code)]
+pub const MDBOOK_VERSION: &str = "0.5.4";
+
+/// `mdbook`, from crates.io into `target/tools` when missing (as
+/// `.ci/run` installs it): without default features, which only serve
+/// and watch the book and add its search index, none of which a build
+/// that checks the book needs.
+#[allow(dead_code)]
+pub fn mdbook() -> Result<PathBuf, String> {
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .expect("target/tmp has a parent")
+        .to_path_buf();
+    let root = target.join("tools");
+    let mdbook = root.join("bin/mdbook");
+    let works = || {
+        Command::new(&mdbook)
+            .arg("--version")
+            .output()
+            .is_ok_and(|output| {
+                output.status.success()
+                    && String::from_utf8_lossy(&output.stdout).contains(MDBOOK_VERSION)
+            })
+    };
+    if works() {
+        return Ok(mdbook);
+    }
+    // One installer at a time across test binaries.
+    let lock = std::fs::File::create(std::env::temp_dir().join("slidegate-mdbook.lock"))
+        .map_err(|error| format!("lock: {error}"))?;
+    lock.lock().map_err(|error| format!("lock: {error}"))?;
+    if works() {
+        return Ok(mdbook);
+    }
+    eprintln!("mdbook {MDBOOK_VERSION} is not in {}: cargo install", root.display());
+    let install = Command::new(env!("CARGO"))
+        .args(["install", "mdbook", "--locked", "--no-default-features"])
+        .args(["--version", MDBOOK_VERSION, "--root"])
+        .arg(&root)
+        .output()
+        .map_err(|error| format!("cannot run cargo install: {error}"))?;
+    if !install.status.success() || !works() {
+        return Err(format!(
+            "cargo install mdbook {MDBOOK_VERSION} failed: {}",
+            String::from_utf8_lossy(&install.stderr)
+        ));
+    }
+    Ok(mdbook)
+}
