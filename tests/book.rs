@@ -277,11 +277,13 @@ fn broken_includes(page: &Path, text: &str) -> Vec<String> {
         };
         let spec = &line[start + "{{#include ".len()..];
         let spec = spec[..spec.find("}}").unwrap_or(spec.len())].trim();
-        let (file, anchor) = match spec.rsplit_once(':') {
-            Some((file, anchor)) if !anchor.chars().all(|c| c.is_ascii_digit()) => {
-                (file, Some(anchor))
-            }
-            _ => (spec, None),
+        // FILE, FILE:ANCHOR, or FILE:FROM:TO with line numbers.
+        let mut parts = spec.split(':');
+        let file = parts.next().unwrap_or_default();
+        let rest: Vec<&str> = parts.collect();
+        let anchor = match rest.as_slice() {
+            [anchor] if !anchor.chars().all(|c| c.is_ascii_digit()) => Some(*anchor),
+            _ => None,
         };
         let path = root().join(normalize(&page.parent().unwrap().join(file)));
         let at = format!("{}:{}: {spec}", page.display(), number + 1);
