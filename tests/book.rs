@@ -102,10 +102,9 @@ fn link_targets(line: &str) -> Vec<String> {
     if trimmed.starts_with('[')
         && let Some(end) = trimmed.find("]:")
         && !trimmed[..end].contains("](")
+        && let Some(target) = trimmed[end + 2..].split_whitespace().next()
     {
-        if let Some(target) = trimmed[end + 2..].split_whitespace().next() {
-            targets.push(target.trim_matches(['<', '>']).to_owned());
-        }
+        targets.push(target.trim_matches(['<', '>']).to_owned());
     }
     let mut rest = line.as_str();
     while let Some(at) = rest.find("](") {
@@ -358,7 +357,10 @@ fn every_summary_entry_has_its_file_and_every_page_is_listed() {
             listed.insert(file);
         }
     }
-    assert!(missing.is_empty(), "SUMMARY.md lists missing files: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "SUMMARY.md lists missing files: {missing:?}"
+    );
     let unlisted: Vec<PathBuf> = pages(&root().join("docs/src"))
         .into_iter()
         .filter(|page| !page.ends_with("SUMMARY.md") && !listed.contains(page))

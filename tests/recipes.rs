@@ -119,7 +119,10 @@ fn sessions(page: &str) -> (Vec<Session>, Vec<String>) {
 fn expected(script: &[String]) -> Vec<String> {
     script
         .iter()
-        .filter_map(|line| line.split_once("# → ").map(|(_, said)| said.trim().to_owned()))
+        .filter_map(|line| {
+            line.split_once("# → ")
+                .map(|(_, said)| said.trim().to_owned())
+        })
         .collect()
 }
 
@@ -190,7 +193,9 @@ fn stand_ins(bin: &Path) {
 
 /// Run one session on a host of its own; panics naming what went wrong.
 fn run(session: &Session) {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let _one = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let test = format!("recipe {}", session.at);
     for package in packages(&session.script) {
         let found = tools::debian(program_of(&package), &package);
@@ -255,7 +260,10 @@ fn run(session: &Session) {
     let stderr = String::from_utf8_lossy(&output.stderr);
     let told = format!("{test}\n--- stdout\n{stdout}\n--- stderr\n{stderr}");
     assert!(output.status.success(), "{told}\nexited {}", output.status);
-    for status in stderr.lines().filter_map(|line| line.strip_prefix("@status ")) {
+    for status in stderr
+        .lines()
+        .filter_map(|line| line.strip_prefix("@status "))
+    {
         let code: u16 = status
             .split_whitespace()
             .next()
@@ -367,11 +375,15 @@ fn the_operations_recipes_run_as_printed() {
 fn markers_make_sessions() {
     let lines = |text: &str| -> Vec<String> { text.lines().map(str::to_owned).collect() };
     assert_eq!(
-        expected(&lines("curl -s x   # → {\"a\":1}\nfor i in 1 2; do :; done\n# → 200 429\n")),
+        expected(&lines(
+            "curl -s x   # → {\"a\":1}\nfor i in 1 2; do :; done\n# → 200 429\n"
+        )),
         ["{\"a\":1}", "200 429"]
     );
     assert_eq!(
-        packages(&lines("sudo apt-get install -y memcached nginx   # Debian\n")),
+        packages(&lines(
+            "sudo apt-get install -y memcached nginx   # Debian\n"
+        )),
         ["memcached", "nginx"]
     );
 }

@@ -213,7 +213,10 @@ pub fn mdbook() -> Result<PathBuf, String> {
     if works() {
         return Ok(mdbook);
     }
-    eprintln!("mdbook {MDBOOK_VERSION} is not in {}: cargo install", root.display());
+    eprintln!(
+        "mdbook {MDBOOK_VERSION} is not in {}: cargo install",
+        root.display()
+    );
     let install = Command::new(env!("CARGO"))
         .args(["install", "mdbook", "--locked", "--no-default-features"])
         .args(["--version", MDBOOK_VERSION, "--root"])
