@@ -480,3 +480,35 @@ fn mdbook_builds_the_book_with_the_anchors_the_checker_computes() {
         );
     }
 }
+
+/// The testing chapter names every file and directory under `tests/`, and
+/// every file in those directories but their `main.rs`.
+#[test]
+fn the_testing_chapter_lists_every_test_file() {
+    let chapter = read(&root().join("docs/src/contributing/testing.md"));
+    let mut missing = Vec::new();
+    for entry in std::fs::read_dir(root().join("tests")).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if path.is_dir() {
+            if !chapter.contains(&format!("`{name}/`")) {
+                missing.push(format!("tests/{name}/"));
+            }
+            for inner in std::fs::read_dir(&path).unwrap() {
+                let inner = inner.unwrap().file_name().to_string_lossy().into_owned();
+                let named = chapter.contains(&format!("`{inner}`"))
+                    || chapter.contains(&format!("`{inner}/`"))
+                    || chapter.contains(&format!("`{name}/{inner}/`"));
+                if inner != "main.rs" && !named {
+                    missing.push(format!("tests/{name}/{inner}"));
+                }
+            }
+        } else if !chapter.contains(&format!("`{name}`")) {
+            missing.push(format!("tests/{name}"));
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "docs/src/contributing/testing.md does not name {missing:?}"
+    );
+}
