@@ -183,9 +183,9 @@ pub fn grpc_python_stubs(python: &Path, out: &Path, files: &[&str]) {
 pub const MDBOOK_VERSION: &str = "0.5.4";
 
 /// `mdbook`, from crates.io into `target/tools` when missing (as
-/// `.ci/run` installs it): without default features, which only serve
-/// and watch the book and add its search index, none of which a build
-/// that checks the book needs.
+/// `.ci/run` installs it): without default features, which serve and
+/// watch the book and index it for search, none of which a build that
+/// checks the book needs.
 #[allow(dead_code)]
 pub fn mdbook() -> Result<PathBuf, String> {
     let target = Path::new(env!("CARGO_TARGET_TMPDIR"))
