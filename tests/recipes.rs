@@ -249,6 +249,10 @@ fn run(session: &Session) {
         .args(["bash", "-e", "-c", &script])
         .current_dir(&dir)
         .env("PATH", path)
+        // HOME is the session's (Caddy and curl write there); cargo and
+        // rustup keep finding the reader's own homes.
+        .env("CARGO_HOME", home_of("CARGO_HOME", ".cargo"))
+        .env("RUSTUP_HOME", home_of("RUSTUP_HOME", ".rustup"))
         .env("HOME", &dir)
         .env("CURL_HOME", &dir)
         .env("CARGO_NET_OFFLINE", "true")
@@ -285,6 +289,15 @@ fn run(session: &Session) {
         }
     }
     eprintln!("{test}: ran as printed");
+}
+
+/// `variable`, or where it defaults to under the user's home.
+fn home_of(variable: &str, default: &str) -> PathBuf {
+    std::env::var_os(variable)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(default)
+        })
 }
 
 /// The target directory this test was built in (its examples are there).
