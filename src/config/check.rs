@@ -125,6 +125,11 @@ fn summary(config: &Config, rls_domains: &[String]) -> String {
     } else {
         format!("Memcached {}{tls}", config.servers.join(", "))
     };
+    let store = if config.replicas > 1 && !store.starts_with("in this") {
+        format!("{store}; each counter on {} nodes", config.replicas)
+    } else {
+        store
+    };
     line(format!("  store           {store}"));
     line(format!(
         "  namespace       {}; failure mode {}; timeout {} ms",

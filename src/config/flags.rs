@@ -39,6 +39,10 @@ pub struct Overrides {
         value_delimiter = ','
     )]
     pub memcached: Option<Vec<String>>,
+    /// On how many Memcached nodes each counter lives, 1 to 3 [default: 1].
+    #[arg(long = const { Key::flag_of("memcached.replicas") },
+        env = const { Key::env_of("memcached.replicas") }, value_name = "N")]
+    pub memcached_replicas: Option<u64>,
     /// An ElastiCache configuration endpoint: the node list comes from it.
     #[arg(long = const { Key::flag_of("memcached.discovery") },
         env = const { Key::env_of("memcached.discovery") }, value_name = "HOST:PORT")]

@@ -21,6 +21,7 @@ pub(super) struct MemcachedSection {
     pub(super) timeout_ms: Option<u64>,
     pub(super) namespace: Option<String>,
     pub(super) connections: Option<usize>,
+    pub(super) replicas: Option<u64>,
     pub(super) discovery: Option<String>,
     pub(super) discovery_interval_ms: Option<u64>,
     pub(super) tls: Option<bool>,
@@ -34,6 +35,7 @@ pub(super) struct Memcached {
     pub servers: Vec<String>,
     pub namespace: String,
     pub connections: usize,
+    pub replicas: usize,
     pub cluster: ClusterConfig,
     pub timeout: Duration,
     pub coalesce: bool,
@@ -131,10 +133,19 @@ pub(super) fn resolve(
             file.connections.map(|count| count as u64),
         )?
         .map_or(DEFAULT_CONNECTIONS, |count| count as usize);
+    let replicas = origin
+        .layered(
+            key!("memcached.replicas"),
+            overrides.memcached_replicas.as_ref(),
+            file.replicas.as_ref(),
+            |&replicas| check_replicas(replicas, &servers, cluster.discovery.is_some()),
+        )?
+        .map_or(1, |replicas| replicas as usize);
     Ok(Memcached {
         servers,
         namespace,
         connections,
+        replicas,
         cluster,
         timeout: Duration::from_millis(timeout_ms),
         coalesce: coalesce(file, overrides)?,
@@ -155,6 +166,20 @@ fn coalesce(file: &MemcachedSection, overrides: &Overrides) -> Result<bool, Conf
         ))),
         None => Ok(file.coalesce.unwrap_or(true)),
     }
+}
+
+/// 1 to 3 copies of each counter, and no more than the nodes listed (a
+/// discovered list is not known until the store starts: a key then has as
+/// many as there are nodes, up to this).
+fn check_replicas(replicas: u64, servers: &[String], discovery: bool) -> Result<u64, String> {
+    let replicas = key!("memcached.replicas").check(replicas)?;
+    if !discovery && !servers.is_empty() && replicas as usize > servers.len() {
+        return Err(format!(
+            "must not be more than the Memcached servers given ({}), got {replicas}",
+            servers.len()
+        ));
+    }
+    Ok(replicas)
 }
 
 fn check_namespace(namespace: &str) -> Result<String, String> {

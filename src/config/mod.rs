@@ -107,6 +107,8 @@ pub struct Config {
     pub namespace: String,
     /// Multiplexed connections per Memcached server.
     pub connections: usize,
+    /// On how many Memcached nodes each counter lives.
+    pub replicas: usize,
     /// Whether concurrent checks of one key share one store exchange.
     pub coalesce: bool,
     /// Auto Discovery and TLS (ElastiCache).
@@ -231,6 +233,7 @@ impl Config {
             servers: store.servers,
             namespace: store.namespace,
             connections: store.connections,
+            replicas: store.replicas,
             coalesce: store.coalesce,
             cluster: store.cluster,
             timeout: store.timeout,
@@ -276,6 +279,7 @@ impl Config {
             namespace: self.namespace.clone(),
             timeout: self.timeout,
             connections: self.connections,
+            replicas: self.replicas,
             ..MemcachedOptions::default()
         })
     }

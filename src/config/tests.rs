@@ -208,6 +208,40 @@ fn the_latency_buckets_reach_the_longest_store_timeout() {
     );
 }
 
+/// `memcached.replicas` is 1 unless given; a flag (or its environment
+/// twin) overrides the file; more copies than nodes is refused, naming the
+/// field the value came from.
+#[test]
+fn replicas_are_one_by_default_and_no_more_than_the_nodes() {
+    let two = "[memcached]\nservers = [\"127.0.0.1:1\", \"127.0.0.1:2\"]\n";
+    assert_eq!(resolve(two, &Overrides::default()).unwrap().replicas, 1);
+    let file = format!("{two}replicas = 2\n");
+    let config = resolve(&file, &Overrides::default()).unwrap();
+    assert_eq!(config.replicas, 2);
+    assert_eq!(config.memcached_options().unwrap().replicas, 2);
+    let error = resolve(&format!("{two}replicas = 3\n"), &Overrides::default())
+        .err()
+        .unwrap_or_default();
+    assert!(
+        error.contains("memcached.replicas") && error.contains("servers given (2)"),
+        "{error}"
+    );
+    let flag = Overrides {
+        memcached_replicas: Some(3),
+        ..Overrides::default()
+    };
+    let error = resolve(&file, &flag).err().unwrap_or_default();
+    assert!(
+        error.contains("--memcached-replicas (or SLIDEGATE_MEMCACHED_REPLICAS)"),
+        "{error}"
+    );
+    let flag = Overrides {
+        memcached_replicas: Some(1),
+        ..Overrides::default()
+    };
+    assert_eq!(resolve(&file, &flag).unwrap().replicas, 1);
+}
+
 /// A window whose number does not fit says so, not that it has none.
 #[test]
 fn a_window_too_long_to_count_is_named_so() {
@@ -224,6 +258,7 @@ fn a_window_too_long_to_count_is_named_so() {
 fn every_ranged_setting_takes_its_ends_and_refuses_past_them() {
     let cases: &[(&str, &str, &[u64], &[u64])] = &[
         ("memcached", "connections", &[1, 64], &[0, 65]),
+        ("memcached", "replicas", &[1, 3], &[0, 4]),
         (
             "near_cache",
             "revalidate_ms",

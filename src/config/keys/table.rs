@@ -57,6 +57,11 @@ pub const KEYS: &[Key] = &[
         .default(Value::Integer(crate::store::DEFAULT_CONNECTIONS as u64))
         .bounds(Between(1, 64))
         .about("Multiplexed connections per Memcached server; while all of a node's are overdue, as many extra ones may be dialled. Raise it when one connection a core saturates a node's link."),
+    key("memcached.replicas", Integer(" nodes"), Restart)
+        .default(Value::Integer(1))
+        .bounds(Between(1, 3))
+        .flag("memcached-replicas", "SLIDEGATE_MEMCACHED_REPLICAS")
+        .about("On how many Memcached nodes each counter lives: the nodes with the highest rendezvous scores for its key. With 2 or 3, a node that dies, restarts empty or is replaced costs no key its count, at 2 (or 3) times the Memcached commands a check; no more than the servers given. See the chapter \"When a node goes away\"."),
     key("memcached.coalesce", Boolean, Restart)
         .default(Value::Boolean(true))
         .flag("no-coalesce", "SLIDEGATE_COALESCE")

@@ -18,6 +18,7 @@ pub fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'static str>
         servers,
         namespace,
         connections,
+        replicas,
         coalesce,
         cluster,
         timeout,
@@ -84,6 +85,7 @@ pub fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'static str>
         ("memcached.timeout_ms", *timeout != new.timeout),
         ("memcached.namespace", *namespace != new.namespace),
         ("memcached.connections", *connections != new.connections),
+        ("memcached.replicas", *replicas != new.replicas),
         ("memcached.coalesce", *coalesce != new.coalesce),
         ("memcached.discovery", *discovery != new.cluster.discovery),
         (

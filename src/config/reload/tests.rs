@@ -56,10 +56,11 @@ fn test_dir() -> PathBuf {
 const EVERY_RESTART_KEY_CHANGED: &str = r#"
 listen = "127.0.0.1:9999"
 [memcached]
-servers = ["127.0.0.1:1"]
+servers = ["127.0.0.1:1", "127.0.0.1:3"]
 timeout_ms = 51
 namespace = "other"
 connections = 3
+replicas = 2
 coalesce = false
 discovery_interval_ms = 5000
 tls = true
@@ -100,9 +101,10 @@ fn a_file_changing_every_restart_only_key_names_each_and_only_those() {
     // The node list's other source, in a file of its own.
     let discovered = load(
         &dir,
-        &EVERY_RESTART_KEY_CHANGED
-            .replace("{ca}", &ca)
-            .replace("servers = [\"127.0.0.1:1\"]", "discovery = \"127.0.0.1:2\""),
+        &EVERY_RESTART_KEY_CHANGED.replace("{ca}", &ca).replace(
+            "servers = [\"127.0.0.1:1\", \"127.0.0.1:3\"]",
+            "discovery = \"127.0.0.1:2\"",
+        ),
     );
     named.extend(restart_only_changes(&running, &discovered));
     named.sort_unstable();

@@ -247,6 +247,9 @@ pub(super) async fn status(app: &App, live: &Live) -> Response<Body> {
     let store = serde_json::json!({
         "kind": crate::store::Store::kind(app.limiter.store()),
         "ready": readiness.result.is_ok(),
+        // Ready with a node down: its keys are counted by their other
+        // replicas (`memcached.replicas`), or, without, by no node.
+        "degraded": readiness.result.is_ok() && readiness.nodes.iter().any(|node| !node.up),
         "nodes": nodes_json(&readiness.nodes),
         "last_error": on_call::last_error_json(app.limiter.metrics_handles().last_store_error()),
     });

@@ -86,6 +86,8 @@ impl MemcachedClock {
         let probe_options = MemcachedOptions {
             servers: options.servers.iter().take(1).cloned().collect(),
             connections: 1,
+            // One server: the clock is the first node's.
+            replicas: 1,
             ..options.clone()
         };
         let store = MemcachedStore::connect(&probe_options).await?;

@@ -24,6 +24,8 @@ pub mod clock;
 mod conn;
 mod dial;
 pub mod discovery;
+mod exchange;
+mod fanout;
 mod options;
 mod readiness;
 pub mod route;
@@ -36,14 +38,12 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 
 pub use self::conn::ConnectionStates;
-use self::conn::{Additions, Commands, Delivery, Node, Settings};
+use self::conn::{Commands, Delivery, Settings};
 use self::dial::Dialer;
+use self::topology::ReplicaNodes;
 use self::wire::{Command, Reply};
-use super::{
-    BatchCounts, CounterBatch, CounterKey, Counters, Readiness, Store, StoreError, Values,
-    bucket_ttl_secs,
-};
-use crate::join::start_now;
+use super::{BatchCounts, CounterBatch, CounterKey, Readiness, Store, StoreError, Values};
+use crate::join::join_all;
 use crate::policy::{PLAIN_NAME_RULE, is_plain_name};
 
 pub use self::clock::MemcachedClock;
@@ -60,6 +60,8 @@ pub struct MemcachedStore {
     timeout: Duration,
     /// `/readyz`'s rounds of pings, shared by every caller.
     probes: Arc<readiness::Probes>,
+    /// On how many nodes each counter lives.
+    replicas: usize,
     discovery: Option<(String, tokio::task::JoinHandle<()>)>,
 }
 
@@ -86,6 +88,7 @@ impl MemcachedStore {
         if options.servers.is_empty() && options.discovery.is_none() {
             return Err(StoreError::Unreachable("no server given".to_owned()));
         }
+        check_replicas(options)?;
         let timeout = crate::store::bounded_timeout(options.timeout);
         let connect_timeout = timeout.max(Duration::from_secs(1));
         let dialer = Arc::new(
@@ -124,6 +127,7 @@ impl MemcachedStore {
             namespace: options.namespace.clone(),
             timeout,
             probes: Arc::default(),
+            replicas: options.replicas,
             discovery,
         })
     }
@@ -150,8 +154,30 @@ impl MemcachedStore {
         })
     }
 
-    /// The node that holds every counter of `counters`' key.
-    fn node_of(&self, counters: &[CounterKey]) -> Result<Arc<Node>, StoreError> {
+    /// The `host:port` of each node that holds `digest`'s counters now,
+    /// highest score first (one without replicas).
+    pub fn replica_names_of(&self, digest: &super::KeyDigest) -> Vec<String> {
+        let topology = self.cell.load();
+        DigestRendezvous::replicas_of_digest(digest, &topology.node_hashes, self.replicas)
+            .into_iter()
+            .map(|at| topology.names[at].clone())
+            .collect()
+    }
+
+    /// On how many nodes each counter lives.
+    pub fn replicas(&self) -> usize {
+        self.replicas
+    }
+
+    /// The replicas of a key's counters, highest score first.
+    fn replicas_of(&self, digest: &super::KeyDigest) -> Result<ReplicaNodes, StoreError> {
+        self.cell
+            .replicas_for(digest, self.replicas)
+            .ok_or_else(|| self.no_nodes())
+    }
+
+    /// The replicas of `counters`, which must all be one key's.
+    fn replicas_for_counters(&self, counters: &[CounterKey]) -> Result<ReplicaNodes, StoreError> {
         let Some(first) = counters.first() else {
             return Err(unexpected("an empty batch"));
         };
@@ -161,9 +187,7 @@ impl MemcachedStore {
         {
             return Err(unexpected("a batch must hold the counters of one key"));
         }
-        self.cell
-            .node_for(&first.digest)
-            .ok_or_else(|| self.no_nodes())
+        self.replicas_of(&first.digest)
     }
 
     fn no_nodes(&self) -> StoreError {
@@ -178,16 +202,8 @@ impl MemcachedStore {
 
 impl Store for MemcachedStore {
     async fn read_and_add(&self, batch: &CounterBatch) -> Result<BatchCounts, StoreError> {
-        let mut commands = Commands::new();
-        commands.extend(batch.reads.iter().copied().map(Command::Read));
-        commands.extend(batch.adds.iter().map(|&counter| Command::Add {
-            counter,
-            amount: batch.amount,
-            ttl: wire::ttl(bucket_ttl_secs(counter.window), batch.now_ms),
-        }));
-        let node = match (batch.reads.first(), batch.adds.first()) {
-            (Some(_), _) => self.node_of(&batch.reads)?,
-            (None, Some(_)) => self.node_of(&batch.adds)?,
+        let digest = match (batch.reads.first(), batch.adds.first()) {
+            (Some(first), _) | (None, Some(first)) => first.digest,
             (None, None) => {
                 return Ok(BatchCounts {
                     read: Values::new(),
@@ -195,44 +211,24 @@ impl Store for MemcachedStore {
                 });
             }
         };
-        if !batch.reads.is_empty() && !batch.adds.is_empty() {
-            // Same node for both halves: one key.
-            self.node_of(&[batch.reads[0], batch.adds[0]])?;
+        // Every counter of a batch is one key's: they live on the same
+        // node (or replicas).
+        if batch
+            .reads
+            .iter()
+            .chain(&batch.adds)
+            .any(|counter| counter.digest != digest)
+        {
+            return Err(unexpected("a batch must hold the counters of one key"));
         }
-        // An addition whose caller gives up after it was applied is taken
-        // back, so Memcached counts only what was reported as counted.
-        let additions = Additions {
-            counters: &batch.adds,
-            amount: batch.amount,
-            first_reply: batch.reads.len(),
-        };
-        let replies = node
-            .call_counted(commands, additions, batch.deadline)
-            .await?;
-        let (read, added) = replies.split_at(batch.reads.len().min(replies.len()));
-        if read.len() != batch.reads.len() || added.len() != batch.adds.len() {
-            return Err(unexpected("answers missing from a batch"));
+        let nodes = self.replicas_of(&digest)?;
+        match &nodes[..] {
+            [node] => self.exchange_one(node, batch).await,
+            _ => self.exchange_replicated(&nodes, batch).await,
         }
-        let counts = batch_counts(read, added);
-        if counts.is_err() {
-            // One command failed (memcached refused it, or a counter holds
-            // text): the check is not counted, so what its other commands
-            // added is taken back. Started now and not waited for: the
-            // caller gets its error as soon as it is known.
-            let applied: Counters = batch
-                .adds
-                .iter()
-                .zip(added)
-                .filter(|(_, reply)| matches!(reply, Reply::Value(_)))
-                .map(|(&counter, _)| counter)
-                .collect();
-            if !applied.is_empty() {
-                start_now(self.subtract(&applied, batch.amount, batch.now_ms));
-            }
-        }
-        counts
     }
 
+    /// Sent to every replica; each counter's highest value after.
     async fn subtract(
         &self,
         counters: &[CounterKey],
@@ -242,104 +238,41 @@ impl Store for MemcachedStore {
         if counters.is_empty() {
             return Ok(Vec::new());
         }
-        let commands = counters
-            .iter()
-            .map(|&counter| Command::Subtract { counter, amount })
-            .collect();
+        let nodes = self.replicas_for_counters(counters)?;
         // A rollback is sent even if its caller stops waiting: the
         // addition it takes back has certainly happened.
-        let replies = self
-            .node_of(counters)?
-            .call(commands, Delivery::Always)
-            .await?;
-        replies.iter().map(subtracted).collect()
+        let calls = nodes
+            .iter()
+            .map(|node| node.call(exchange::take_back_of(counters, amount), Delivery::Always))
+            .collect();
+        fanout::highest_after(join_all(calls).await, counters.len())
     }
 
     /// Every key's rollback, grouped by node: one exchange per node carries
-    /// all of its subtractions, however many keys a refused request had.
+    /// all of its subtractions (each key's on each of its replicas),
+    /// however many keys a refused request had.
     async fn subtract_many<'a>(
         &'a self,
         takes: &'a [(&'a [CounterKey], u64)],
         _now_ms: u64,
     ) -> Vec<Result<Vec<Option<u64>>, StoreError>> {
-        let mut results: Vec<Option<Result<Vec<Option<u64>>, StoreError>>> =
-            takes.iter().map(|_| None).collect();
-        // (node, the takes it carries, in order)
-        let mut groups: Vec<(Arc<Node>, Vec<usize>)> = Vec::new();
-        for (at, &(counters, _)) in takes.iter().enumerate() {
-            if counters.is_empty() {
-                results[at] = Some(Ok(Vec::new()));
-                continue;
-            }
-            match self.node_of(counters) {
-                Ok(node) => match groups
-                    .iter_mut()
-                    .find(|(known, _)| Arc::ptr_eq(known, &node))
-                {
-                    Some((_, members)) => members.push(at),
-                    None => groups.push((node, vec![at])),
-                },
-                Err(error) => results[at] = Some(Err(error)),
-            }
-        }
-        let calls = groups
-            .iter()
-            .map(|(node, members)| {
-                let commands: Commands = members
-                    .iter()
-                    .flat_map(|&at| {
-                        let (counters, amount) = takes[at];
-                        counters
-                            .iter()
-                            .map(move |&counter| Command::Subtract { counter, amount })
-                    })
-                    .collect();
-                // Sent even if the caller stops waiting, like every rollback.
-                node.call(commands, Delivery::Always)
-            })
-            .collect();
-        let answers = crate::join::join_all(calls).await;
-        for ((_, members), answer) in groups.iter().zip(answers) {
-            let mut replies = answer.as_ref().map(|replies| replies.iter());
-            for &at in members {
-                let wanted = takes[at].0.len();
-                results[at] = Some(match &mut replies {
-                    Ok(replies) => replies
-                        .by_ref()
-                        .take(wanted)
-                        .map(subtracted)
-                        .collect::<Result<Vec<_>, _>>()
-                        .and_then(|values| {
-                            (values.len() == wanted)
-                                .then_some(values)
-                                .ok_or_else(|| unexpected("answers missing from a rollback"))
-                        }),
-                    Err(error) => Err(error.clone()),
-                });
-            }
-        }
-        results
-            .into_iter()
-            .map(|result| result.unwrap_or_else(|| Err(unexpected("a rollback was not sent"))))
-            .collect()
+        self.subtract_grouped(takes).await
     }
 
+    /// Sent to every replica: a reset leaves no copy to be read back.
     async fn remove(&self, counters: &[CounterKey], _now_ms: u64) -> Result<usize, StoreError> {
         if counters.is_empty() {
             return Ok(0);
         }
-        let commands = counters.iter().copied().map(Command::Remove).collect();
+        let nodes = self.replicas_for_counters(counters)?;
+        let commands: Commands = counters.iter().copied().map(Command::Remove).collect();
         // Sent even if the caller stops waiting: an operator who asked for
         // a reset wants it done, and a delete done twice is done once.
-        let replies = self
-            .node_of(counters)?
-            .call(commands, Delivery::Always)
-            .await?;
-        replies.iter().try_fold(0, |removed, reply| match reply {
-            Reply::Value(_) => Ok(removed + 1),
-            Reply::Missing => Ok(removed),
-            other => Err(failed(other)),
-        })
+        let calls = nodes
+            .iter()
+            .map(|node| node.call(commands.clone(), Delivery::Always))
+            .collect();
+        fanout::most_removed(join_all(calls).await)
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
@@ -363,18 +296,8 @@ impl Store for MemcachedStore {
     }
 }
 
-/// A subtraction's answer: the value after, or `None` for a counter that
-/// no longer exists.
-fn subtracted(reply: &Reply) -> Result<Option<u64>, StoreError> {
-    match reply {
-        Reply::Value(value) => Ok(Some(*value)),
-        Reply::Missing => Ok(None),
-        other => Err(failed(other)),
-    }
-}
-
 /// A batch's counts from its replies: its reads', then its additions'.
-fn batch_counts(read: &[Reply], added: &[Reply]) -> Result<BatchCounts, StoreError> {
+pub(super) fn batch_counts(read: &[Reply], added: &[Reply]) -> Result<BatchCounts, StoreError> {
     Ok(BatchCounts {
         read: read
             .iter()
@@ -394,7 +317,27 @@ fn batch_counts(read: &[Reply], added: &[Reply]) -> Result<BatchCounts, StoreErr
     })
 }
 
-fn failed(reply: &Reply) -> StoreError {
+/// Replicas from 1 to [`route::MAX_REPLICAS`], and no more than the
+/// servers given (discovery's list may grow or shrink: a key then has as
+/// many as there are nodes, up to the number asked).
+fn check_replicas(options: &MemcachedOptions) -> Result<(), StoreError> {
+    let replicas = options.replicas;
+    if !(1..=route::MAX_REPLICAS).contains(&replicas) {
+        return Err(StoreError::Protocol(format!(
+            "replicas must be from 1 to {}, got {replicas}",
+            route::MAX_REPLICAS
+        )));
+    }
+    if options.discovery.is_none() && replicas > options.servers.len() {
+        return Err(StoreError::Protocol(format!(
+            "replicas ({replicas}) must not be more than the servers given ({})",
+            options.servers.len()
+        )));
+    }
+    Ok(())
+}
+
+pub(super) fn failed(reply: &Reply) -> StoreError {
     match reply {
         Reply::Failed(message) => StoreError::Protocol(message.clone()),
         other => StoreError::Protocol(format!("unexpected answer {other:?}")),

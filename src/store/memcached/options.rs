@@ -51,6 +51,13 @@ pub struct MemcachedOptions {
     /// once (a store error: the failure mode decides) instead of queueing
     /// without bound.
     pub queue_depth: usize,
+    /// On how many nodes each counter lives (1 to
+    /// [`MAX_REPLICAS`](super::route::MAX_REPLICAS), and no more than the
+    /// servers given): the nodes of its key's highest rendezvous scores.
+    /// A check adds to each in the same round trip and the highest count
+    /// decides, so a node that dies or comes back empty costs no key its
+    /// count while another replica answers.
+    pub replicas: usize,
 }
 
 impl Default for MemcachedOptions {
@@ -65,6 +72,7 @@ impl Default for MemcachedOptions {
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
             connections: DEFAULT_CONNECTIONS,
             queue_depth: DEFAULT_QUEUE_DEPTH,
+            replicas: 1,
         }
     }
 }

@@ -1,5 +1,8 @@
 //! The store's readiness: every node pinged at once, each one's answer
-//! reported, and the store ready while any node answers.
+//! reported, and the store ready while any node answers. With replicas
+//! (`memcached.replicas` = N >= 2), ready while every key keeps a replica
+//! that answers: fewer than N nodes down. One down is then degraded (its
+//! keys are counted by their other replicas), not down.
 //!
 //! `/readyz` needs no token, and a ping goes on the queues the checks use,
 //! so what probes cost Memcached is bounded whoever sends them: one round
@@ -119,6 +122,7 @@ impl MemcachedStore {
                         topology,
                         connections,
                         self.timeout,
+                        self.replicas,
                         give,
                     ));
                     answer
@@ -142,10 +146,11 @@ async fn run_round(
     topology: Arc<Topology>,
     connections: Vec<Connections>,
     timeout: Duration,
+    replicas: usize,
     give: watch::Sender<Option<Arc<Round>>>,
 ) {
     let began = Instant::now();
-    let readiness = ping_every_node(&topology, timeout).await;
+    let readiness = ping_every_node(&topology, timeout, replicas).await;
     let round = Arc::new(Round {
         began,
         topology: Arc::downgrade(&topology),
@@ -162,8 +167,10 @@ async fn run_round(
 
 /// Every node pinged at once; ready while any answers. A lost node costs
 /// only its own keys, so it does not take the service's readiness away (a
-/// load balancer would drop every replica at once).
-async fn ping_every_node(topology: &Topology, timeout: Duration) -> Readiness {
+/// load balancer would drop every replica at once). With replicas, not
+/// ready once as many nodes as a key has replicas are down: some key then
+/// has none left.
+async fn ping_every_node(topology: &Topology, timeout: Duration, replicas: usize) -> Readiness {
     let mut pings = tokio::task::JoinSet::new();
     for (at, node) in topology.nodes.iter().enumerate() {
         let node = node.clone();
@@ -183,7 +190,7 @@ async fn ping_every_node(topology: &Topology, timeout: Duration) -> Readiness {
             answers[at] = Some(answered);
         }
     }
-    let nodes = topology
+    let nodes: Vec<NodeReadiness> = topology
         .names
         .iter()
         .zip(&answers)
@@ -192,6 +199,22 @@ async fn ping_every_node(topology: &Topology, timeout: Duration) -> Readiness {
             up: matches!(answer, Some(Ok(()))),
         })
         .collect();
+    let copies = replicas.min(topology.nodes.len());
+    let down = nodes.iter().filter(|node| !node.up).count();
+    if copies >= 2 && down >= copies {
+        let error = answers
+            .iter()
+            .flatten()
+            .find_map(|answer| answer.as_ref().err().cloned())
+            .unwrap_or_else(|| unexpected("no node's ping finished"));
+        return Readiness {
+            result: Err(StoreError::Unreachable(format!(
+                "{down} of {} nodes down: some keys have none of their {copies} replicas left ({error})",
+                nodes.len()
+            ))),
+            nodes,
+        };
+    }
     let mut first_error = None;
     for answer in answers {
         match answer {

@@ -6,6 +6,12 @@
 //! and the SplitMix64 finaliser), so every process, of every release, sends
 //! a key to the same node. When a node is added or removed, only the keys
 //! it wins or loses move.
+//!
+//! With replicas, a key's counters live on the nodes of its highest scores,
+//! in score order: the first is the node it has without replicas, so
+//! turning replicas on keeps every count where it was.
+
+use smallvec::SmallVec;
 
 use crate::store::KeyDigest;
 
@@ -36,7 +42,34 @@ impl DigestRendezvous {
     pub fn pick_digest(digest: &KeyDigest, node_hashes: &[u64]) -> usize {
         pick_hashed(fnv1a(&digest.hex()), node_hashes)
     }
+
+    /// The indices of the `n` nodes (at most as many as there are) with the
+    /// highest scores for `digest`, highest first: its replicas. The first
+    /// is [`pick_digest`](Self::pick_digest)'s.
+    pub fn replicas_of_digest(digest: &KeyDigest, node_hashes: &[u64], n: usize) -> Replicas {
+        let key_hash = fnv1a(&digest.hex());
+        let mut best: SmallVec<[(usize, u64); MAX_REPLICAS]> = SmallVec::new();
+        for (index, node) in node_hashes.iter().enumerate() {
+            let score = splitmix64(key_hash ^ node);
+            // Ties keep the lower index first, as `pick_hashed` does.
+            let at = best
+                .iter()
+                .position(|&(_, known)| score > known)
+                .unwrap_or(best.len());
+            if at < n.min(MAX_REPLICAS) {
+                best.insert(at, (index, score));
+                best.truncate(n.min(MAX_REPLICAS));
+            }
+        }
+        best.into_iter().map(|(index, _)| index).collect()
+    }
 }
+
+/// The most replicas a counter may have.
+pub const MAX_REPLICAS: usize = 3;
+
+/// A key's replicas, as indices into the node list, highest score first.
+pub type Replicas = SmallVec<[usize; MAX_REPLICAS]>;
 
 /// A node's part of every score, computed once per node list.
 pub fn node_hash(node: &str) -> u64 {
@@ -121,6 +154,44 @@ mod tests {
 
     // Computed independently (a Python FNV-1a + SplitMix64), not by this code.
     const PINNED_PICKS: [usize; 8] = [1, 3, 0, 3, 2, 2, 2, 0];
+
+    #[test]
+    fn replicas_are_the_highest_scores_and_start_with_the_owner() {
+        let servers: Vec<String> = (0..5).map(|i| format!("10.0.0.{i}:11211")).collect();
+        let hashes: Vec<u64> = servers.iter().map(|s| node_hash(s)).collect();
+        let mut firsts_of_second = [0usize; 5];
+        for key in 0..500 {
+            let digest = KeyDigest::of("api", &key.to_string());
+            let owner = DigestRendezvous::pick_digest(&digest, &hashes);
+            for n in 1..=MAX_REPLICAS {
+                let replicas = DigestRendezvous::replicas_of_digest(&digest, &hashes, n);
+                assert_eq!(replicas.len(), n);
+                assert_eq!(replicas[0], owner);
+                let mut distinct = replicas.to_vec();
+                distinct.sort_unstable();
+                distinct.dedup();
+                assert_eq!(distinct.len(), n, "{replicas:?}");
+                // One more replica keeps the ones before it.
+                if n > 1 {
+                    let fewer = DigestRendezvous::replicas_of_digest(&digest, &hashes, n - 1);
+                    assert_eq!(&replicas[..n - 1], &fewer[..]);
+                }
+            }
+            let two = DigestRendezvous::replicas_of_digest(&digest, &hashes, 2);
+            firsts_of_second[two[1]] += 1;
+        }
+        // The second replica is spread too, not always one node.
+        assert!(
+            firsts_of_second.iter().all(|&n| n > 50),
+            "{firsts_of_second:?}"
+        );
+        let two_nodes = &hashes[..2];
+        let digest = KeyDigest::of("api", "k");
+        assert_eq!(
+            DigestRendezvous::replicas_of_digest(&digest, two_nodes, 3).len(),
+            2
+        );
+    }
 
     #[test]
     fn removing_a_server_moves_only_its_keys() {

@@ -13,6 +13,9 @@ use super::discovery::{ClusterConfig, PollResult};
 use super::route::{self, DigestRendezvous};
 use crate::store::KeyDigest;
 
+/// A key's replicas, highest score first.
+pub(super) type ReplicaNodes = smallvec::SmallVec<[Arc<Node>; route::MAX_REPLICAS]>;
+
 /// The nodes in use, in one consistent piece: routing reads it whole.
 pub(crate) struct Topology {
     pub(super) nodes: Vec<Arc<Node>>,
@@ -81,9 +84,19 @@ impl Topology {
                 // last caller is done with them.
                 Some(node) => {
                     tracing::warn!(node = %name, from = %node.target().addr, to = %target.addr, "memcached node moved; dialling its new address");
-                    Arc::new(node.moved(target, settings.clone(), dialer.clone()))
+                    let moved = Arc::new(node.moved(target, settings.clone(), dialer.clone()));
+                    moved.doubt();
+                    moved
                 }
-                None => Arc::new(Node::spawn(target, settings.clone(), dialer.clone())),
+                None => {
+                    let node = Arc::new(Node::spawn(target, settings.clone(), dialer.clone()));
+                    // A node that joins a list in use takes over keys it
+                    // holds no count of; the first list is believed.
+                    if !current.nodes.is_empty() {
+                        node.doubt();
+                    }
+                    node
+                }
             };
             next.push(name, node);
         }
@@ -110,17 +123,22 @@ impl TopologyCell {
         self.current.load_full()
     }
 
-    /// The node a key's digest routes to, or `None` with no node known.
-    /// The hot path of every call: the topology is borrowed, not locked or
-    /// counted (a read lock's count, like an `Arc`'s, is a line both cores
-    /// write on every call); only the node's handle is cloned.
-    pub(super) fn node_for(&self, digest: &KeyDigest) -> Option<Arc<Node>> {
+    /// The nodes that hold a key's counters with `replicas` copies, highest
+    /// score first (fewer when fewer nodes are known); `None` with no node
+    /// known. The hot path of every call: the topology is borrowed, not
+    /// locked or counted (a read lock's count, like an `Arc`'s, is a line
+    /// both cores write on every call); only the nodes' handles are cloned.
+    pub(super) fn replicas_for(&self, digest: &KeyDigest, replicas: usize) -> Option<ReplicaNodes> {
         let topology = self.current.load();
         if topology.nodes.is_empty() {
             return None;
         }
-        let at = DigestRendezvous::pick_digest(digest, &topology.node_hashes);
-        Some(topology.nodes[at].clone())
+        Some(
+            DigestRendezvous::replicas_of_digest(digest, &topology.node_hashes, replicas)
+                .into_iter()
+                .map(|at| topology.nodes[at].clone())
+                .collect(),
+        )
     }
 
     /// Use `topology` from now on. A node it no longer has is kept until

@@ -19,6 +19,7 @@
 //! | [`health`] | the pure policy: overdue, stalled and how it is given up, extra connections, which slot takes a request |
 //! | `status` | what routing reads lock-free: each slot's phase, oldest unanswered write and drain, the node's clock, redials and late replies |
 //! | [`unclaimed`] | a counted request's wait, which takes its additions back if its caller gives up |
+//! | [`doubt`] | when the node last gave reason to doubt it holds every count (a connection lost, a dial failed) |
 //!
 //! The stream stays in step whatever the callers do:
 //! - a request whose caller stopped waiting (or whose deadline passed)
@@ -51,6 +52,7 @@
 //! extra one dialled for them, and the overdue one takes requests again
 //! once its late replies are in (see [`health`]).
 
+mod doubt;
 mod drain;
 mod health;
 mod queue;
@@ -178,6 +180,7 @@ impl Node {
             clock: NodeClock(Instant::now()),
             redials,
             late_replies,
+            doubt: Default::default(),
         });
         let queues: Box<[Arc<Queue>]> = (0..2 * configured)
             .map(|_| Arc::new(Queue::new(settings.queue_depth)))
@@ -228,6 +231,17 @@ impl Node {
             states.draining_owed += slot.draining_owed();
         }
         states
+    }
+
+    /// Doubt its counts from now on (see [`doubt`]): a call to it failed,
+    /// or it joined or moved after the store started.
+    pub fn doubt(&self) {
+        self.status.doubt.now(self.status.clock);
+    }
+
+    /// Whether its counts were doubted within the last `span`.
+    pub fn doubted_within(&self, span: Duration) -> bool {
+        self.status.doubt.within(self.status.clock, span)
     }
 
     /// What became of the replies of its connections given up as stalled.

@@ -158,6 +158,7 @@ pub(super) async fn supervise(slot: Slot) {
             Ok(stream) => stream,
             Err(why) => {
                 tracing::debug!(%addr, %why, "dial failed");
+                slot.node.doubt.now(slot.node.clock);
                 if !wait_out(&slot.queue, backoff, &why).await {
                     return;
                 }
@@ -172,6 +173,7 @@ pub(super) async fn supervise(slot: Slot) {
             return;
         };
         ended.log(addr);
+        slot.node.doubt.now(slot.node.clock);
         if connected_at.elapsed() > HEALTHY_AFTER {
             backoff = BACKOFF_FIRST;
         }
@@ -206,6 +208,7 @@ pub(super) async fn supervise_extra(slot: Slot) {
             Ok(stream) => stream,
             Err(why) => {
                 tracing::debug!(%addr, %why, "dial of an extra connection failed");
+                slot.node.doubt.now(slot.node.clock);
                 slot.queue.hand_over_owed(&slot.keeper);
                 slot.queue.fail_all(&why);
                 status.set_phase(Phase::Idle);
@@ -219,7 +222,10 @@ pub(super) async fn supervise_extra(slot: Slot) {
         status.set_phase(Phase::Idle);
         match ended {
             Ended::Retired => tracing::debug!(%addr, "extra connection closed"),
-            ended => ended.log(addr),
+            ended => {
+                ended.log(addr);
+                slot.node.doubt.now(slot.node.clock);
+            }
         }
     }
 }

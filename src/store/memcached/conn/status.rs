@@ -196,6 +196,8 @@ pub(super) struct NodeStatus {
     pub(super) clock: NodeClock,
     pub(super) redials: Arc<Redials>,
     pub(super) late_replies: Arc<LateReplies>,
+    /// When it last gave reason to doubt its counts.
+    pub(super) doubt: super::doubt::Doubt,
 }
 
 impl NodeStatus {

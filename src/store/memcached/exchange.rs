@@ -1,0 +1,336 @@
+//! A batch's exchange: one node's, or every replica's at once.
+//!
+//! With replicas, the batch goes to each of its key's replicas in the same
+//! round trip (each on its own pipelined connection, all in flight
+//! together), and the highest count of each counter decides: a replica that
+//! lost its counts (it died and came back empty, or was replaced) reads
+//! low, and is outvoted by one that kept them.
+//!
+//! Exactness. Concurrent additions may reach two replicas in different
+//! orders, so one check can read 3 on one and 6 on the other (another's
+//! addition got there first): taking the highest would refuse it although
+//! every replica, once the burst has settled, counts as one node would, and
+//! a burst would admit fewer than its limit. So when the replicas disagree
+//! on a counter the batch added to, the store answers nothing yet: it takes
+//! its additions back and adds again, both in one write to each replica
+//! (the take-back first), and decides on the try whose replicas agree. A
+//! try whose replicas agree placed the check at the same count on each, as
+//! one node would have. The tries are bounded ([`MAX_TRIES`]) and end when
+//! the deadline would not leave room for another; the last one's highest
+//! count decides, which errs towards refusing, never admitting.
+//!
+//! Read repair. A replica found lower on every try, by at least some
+//! amount, is raised by that amount: an addition, never a set, so nothing
+//! added meanwhile is lost. A difference of orders changes from try to try
+//! and is not repaired; a lost count stays the same and is. An older
+//! bucket, which nobody adds to any more, is repaired from one reading.
+
+use std::time::{Duration, Instant};
+
+use smallvec::SmallVec;
+
+use super::conn::{Additions, Commands, Delivery, Node, Replies};
+use super::route::MAX_REPLICAS;
+use super::topology::ReplicaNodes;
+use super::wire::{self, Command, Reply};
+use super::{MemcachedStore, batch_counts, unexpected};
+use crate::join::{join_all, start_now};
+use crate::store::{BatchCounts, CounterBatch, CounterKey, Counters, StoreError, bucket_ttl_secs};
+
+/// The most tries of one batch whose replicas disagree.
+pub const MAX_TRIES: usize = 8;
+
+impl MemcachedStore {
+    /// The batch on one node: its counts, or its error with what it added
+    /// taken back.
+    pub(super) async fn exchange_one(
+        &self,
+        node: &Node,
+        batch: &CounterBatch,
+    ) -> Result<BatchCounts, StoreError> {
+        // An addition whose caller gives up after it was applied is taken
+        // back, so Memcached counts only what was reported as counted.
+        let additions = Additions {
+            counters: &batch.adds,
+            amount: batch.amount,
+            first_reply: batch.reads.len(),
+        };
+        let replies = node
+            .call_counted(commands_of(batch), additions, batch.deadline)
+            .await?;
+        counts_of(node, batch, &replies)
+    }
+
+    /// The batch on each of `nodes`, tried again while the replicas
+    /// disagree (see the module's notes).
+    pub(super) async fn exchange_replicated(
+        &self,
+        nodes: &ReplicaNodes,
+        batch: &CounterBatch,
+    ) -> Result<BatchCounts, StoreError> {
+        let counters = batch.reads.len() + batch.adds.len();
+        // A counter's replicas agree unless one was doubted within its
+        // lifetime: the first then decides alone, as one node would.
+        let lifetime = Duration::from_secs(
+            batch
+                .reads
+                .iter()
+                .chain(&batch.adds)
+                .map(|counter| bucket_ttl_secs(counter.window))
+                .max()
+                .unwrap_or(0),
+        );
+        let first_believed = !nodes[0].doubted_within(lifetime);
+        // Per replica, the least each counter was found below the highest,
+        // over the tries it answered; `None` once it failed a try.
+        let mut lows: SmallVec<[Option<Vec<u64>>; MAX_REPLICAS]> = nodes
+            .iter()
+            .map(|_| Some(vec![u64::MAX; counters]))
+            .collect();
+        // Replicas whose last try's additions stand, to be taken back by
+        // the next try.
+        let mut holding: SmallVec<[bool; MAX_REPLICAS]> = nodes.iter().map(|_| false).collect();
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let began = Instant::now();
+            let calls = nodes
+                .iter()
+                .zip(&lows)
+                .map(|(node, low)| {
+                    // A replica that failed a try is left out of the next.
+                    let ask = tries == 1 || low.is_some();
+                    async move {
+                        if ask {
+                            Some(self.exchange_one(node, batch).await)
+                        } else {
+                            None
+                        }
+                    }
+                })
+                .collect();
+            let answers = join_all(calls).await;
+            for (node, answer) in nodes.iter().zip(&answers) {
+                if let Some(Err(_)) = answer {
+                    node.doubt();
+                }
+            }
+            if tries == 1
+                && first_believed
+                && let Some(Some(Ok(counts))) = answers.first()
+            {
+                self.raise_doubted(nodes, &answers, counts, batch, lifetime);
+                return Ok(counts.clone());
+            }
+            let mut highest: Option<BatchCounts> = None;
+            let mut first_error = None;
+            for answer in answers.iter().flatten() {
+                match answer {
+                    Ok(counts) => highest = Some(raise(highest, counts)),
+                    Err(error) => {
+                        first_error.get_or_insert_with(|| error.clone());
+                    }
+                }
+            }
+            let Some(highest) = highest else {
+                return Err(first_error.unwrap_or_else(|| unexpected("no replica was asked")));
+            };
+            let mut agree = true;
+            for ((answer, low), holds) in answers.iter().zip(&mut lows).zip(&mut holding) {
+                *holds = false;
+                let (Some(Ok(counts)), Some(low)) = (answer, low.as_mut()) else {
+                    *low = None;
+                    continue;
+                };
+                *holds = !batch.adds.is_empty();
+                let found = counts.read.iter().chain(&counts.added);
+                let top = highest.read.iter().chain(&highest.added);
+                for ((low, found), top) in low.iter_mut().zip(found).zip(top) {
+                    *low = (*low).min(top - found);
+                }
+                agree &= counts.added == highest.added;
+            }
+            let settled = agree
+                || batch.adds.is_empty()
+                || tries >= MAX_TRIES
+                || !time_for_another(batch, began.elapsed());
+            if !settled {
+                // Taken back at once, whatever becomes of this call; the
+                // next try waits a while picked at random, so that
+                // instances whose tries collided do not collide again.
+                for (node, holds) in nodes.iter().zip(&holding) {
+                    if *holds {
+                        start_now(
+                            node.call(take_back_of(&batch.adds, batch.amount), Delivery::Always),
+                        );
+                    }
+                }
+                tokio::time::sleep(jitter(began.elapsed() * tries as u32)).await;
+            }
+            if settled {
+                self.repair(nodes, &lows, batch, tries);
+                return Ok(highest);
+            }
+        }
+    }
+
+    /// Raise each replica doubted within `lifetime` that answered lower
+    /// than the first, believed one: started now, waited for by nobody.
+    fn raise_doubted(
+        &self,
+        nodes: &ReplicaNodes,
+        answers: &[Option<Result<BatchCounts, StoreError>>],
+        first: &BatchCounts,
+        batch: &CounterBatch,
+        lifetime: Duration,
+    ) {
+        let counters = batch.reads.iter().chain(&batch.adds);
+        let believed: Vec<u64> = first.read.iter().chain(&first.added).copied().collect();
+        for (node, answer) in nodes.iter().zip(answers).skip(1) {
+            let Some(Ok(counts)) = answer else { continue };
+            if !node.doubted_within(lifetime) {
+                continue;
+            }
+            let found = counts.read.iter().chain(&counts.added);
+            let commands: Commands = counters
+                .clone()
+                .zip(found)
+                .zip(&believed)
+                .filter(|&((_, found), believed)| believed > found)
+                .map(|((&counter, found), believed)| Command::Add {
+                    counter,
+                    amount: believed - found,
+                    ttl: wire::ttl(bucket_ttl_secs(counter.window), batch.now_ms),
+                })
+                .collect();
+            if !commands.is_empty() {
+                tracing::debug!(node = %node.target().addr, counters = commands.len(), "raising a doubted replica to the first");
+                start_now(node.call(commands, Delivery::Always));
+            }
+        }
+    }
+
+    /// Raise each replica found lower than the highest (see the module's
+    /// notes): started now, waited for by nobody.
+    fn repair(
+        &self,
+        nodes: &ReplicaNodes,
+        lows: &[Option<Vec<u64>>],
+        batch: &CounterBatch,
+        tries: usize,
+    ) {
+        let counters = batch
+            .reads
+            .iter()
+            .map(|c| (c, true))
+            .chain(batch.adds.iter().map(|c| (c, false)));
+        let counters: Vec<(&CounterKey, bool)> = counters.collect();
+        for (node, low) in nodes.iter().zip(lows) {
+            let Some(low) = low else { continue };
+            let commands: Commands = counters
+                .iter()
+                .zip(low)
+                .filter(|&(&(_, read), &by)| {
+                    // A counter still added to is repaired only from a
+                    // difference seen on more than one try. An older
+                    // bucket read beside an addition is settled.
+                    by > 0 && by != u64::MAX && (tries > 1 || (read && !batch.adds.is_empty()))
+                })
+                .map(|(&(&counter, _), &by)| Command::Add {
+                    counter,
+                    amount: by,
+                    ttl: wire::ttl(bucket_ttl_secs(counter.window), batch.now_ms),
+                })
+                .collect();
+            if !commands.is_empty() {
+                tracing::debug!(node = %node.target().addr, counters = commands.len(), "raising a replica found lower than the others");
+                start_now(node.call(commands, Delivery::Always));
+            }
+        }
+    }
+}
+
+/// Whether the batch's deadline leaves room for a try as long as the last
+/// one, twice over.
+fn time_for_another(batch: &CounterBatch, last_try: Duration) -> bool {
+    batch
+        .deadline
+        .is_none_or(|deadline| deadline.at.saturating_duration_since(Instant::now()) > last_try * 2)
+}
+
+/// A pause picked at random below `most`.
+fn jitter(most: Duration) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    // A hasher's random keys, fresh for each call: no dependency for one
+    // number that needs no quality.
+    let random = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    let most = u64::try_from(most.as_micros()).unwrap_or(u64::MAX).max(1);
+    Duration::from_micros(random % most)
+}
+
+/// Each counter's highest value so far.
+fn raise(highest: Option<BatchCounts>, counts: &BatchCounts) -> BatchCounts {
+    match highest {
+        None => counts.clone(),
+        Some(mut highest) => {
+            for (top, &found) in highest.read.iter_mut().zip(&counts.read) {
+                *top = (*top).max(found);
+            }
+            for (top, &found) in highest.added.iter_mut().zip(&counts.added) {
+                *top = (*top).max(found);
+            }
+            highest
+        }
+    }
+}
+
+/// A batch's commands: its reads, then its additions.
+fn commands_of(batch: &CounterBatch) -> Commands {
+    let mut commands = Commands::new();
+    commands.extend(batch.reads.iter().copied().map(Command::Read));
+    commands.extend(batch.adds.iter().map(|&counter| Command::Add {
+        counter,
+        amount: batch.amount,
+        ttl: wire::ttl(bucket_ttl_secs(counter.window), batch.now_ms),
+    }));
+    commands
+}
+
+/// The subtraction of `amount` from each of `counters`.
+pub(super) fn take_back_of(counters: &[CounterKey], amount: u64) -> Commands {
+    counters
+        .iter()
+        .map(|&counter| Command::Subtract { counter, amount })
+        .collect()
+}
+
+/// A node's counts for `batch`, from its replies. One command failed
+/// (memcached refused it, or a counter holds text): the check is not
+/// counted there, so what its other commands added is taken back. Started
+/// now and not waited for: the caller gets its error as soon as it is known.
+fn counts_of(
+    node: &Node,
+    batch: &CounterBatch,
+    replies: &Replies,
+) -> Result<BatchCounts, StoreError> {
+    let (read, added) = replies.split_at(batch.reads.len().min(replies.len()));
+    if read.len() != batch.reads.len() || added.len() != batch.adds.len() {
+        return Err(unexpected("answers missing from a batch"));
+    }
+    let counts = batch_counts(read, added);
+    if counts.is_err() {
+        let applied: Counters = batch
+            .adds
+            .iter()
+            .zip(added)
+            .filter(|(_, reply)| matches!(reply, Reply::Value(_)))
+            .map(|(&counter, _)| counter)
+            .collect();
+        if !applied.is_empty() {
+            start_now(node.call(take_back_of(&applied, batch.amount), Delivery::Always));
+        }
+    }
+    counts
+}
