@@ -14,6 +14,7 @@ mod bad_requests;
 mod counting;
 mod guard;
 mod refusal_log;
+mod replicas;
 mod rules;
 mod several;
 

@@ -2,28 +2,36 @@
 //!
 //! With replicas, the batch goes to each of its key's replicas in the same
 //! round trip (each on its own pipelined connection, all in flight
-//! together), and the highest count of each counter decides: a replica that
-//! lost its counts (it died and came back empty, or was replaced) reads
-//! low, and is outvoted by one that kept them.
+//! together), so that every replica counts every check.
 //!
-//! Exactness. Concurrent additions may reach two replicas in different
+//! Who decides. Concurrent additions may reach two replicas in different
 //! orders, so one check can read 3 on one and 6 on the other (another's
-//! addition got there first): taking the highest would refuse it although
-//! every replica, once the burst has settled, counts as one node would, and
-//! a burst would admit fewer than its limit. So when the replicas disagree
-//! on a counter the batch added to, the store answers nothing yet: it takes
-//! its additions back and adds again, both in one write to each replica
-//! (the take-back first), and decides on the try whose replicas agree. A
-//! try whose replicas agree placed the check at the same count on each, as
-//! one node would have. The tries are bounded ([`MAX_TRIES`]) and end when
-//! the deadline would not leave room for another; the last one's highest
-//! count decides, which errs towards refusing, never admitting.
+//! addition got there first). Deciding on the highest would then refuse
+//! checks that one node would have admitted, and a burst would admit fewer
+//! than its limit. So while the first replica (the key's node without
+//! replicas) is believed, its counts decide alone, exactly as one node's
+//! would: a burst admits exactly its limit. It is believed unless it was
+//! doubted (see `conn/doubt.rs`: a connection lost, a dial or a call
+//! failed, it joined or moved) within the batch's counters' lifetime: it
+//! may then hold less than the others (it came back empty, or missed
+//! additions), and the highest count of the replicas that answer decides.
+//! A first replica that fails the call is doubted, and the others decide.
 //!
-//! Read repair. A replica found lower on every try, by at least some
-//! amount, is raised by that amount: an addition, never a set, so nothing
-//! added meanwhile is lost. A difference of orders changes from try to try
-//! and is not repaired; a lost count stays the same and is. An older
-//! bucket, which nobody adds to any more, is repaired from one reading.
+//! When the highest decides, a try whose replicas disagree on a counter it
+//! added to is taken back and tried again, after a pause picked at random,
+//! and the try whose replicas agree decides (they placed the check at the
+//! same count, as one node would); the tries are bounded ([`MAX_TRIES`])
+//! and end when the deadline would not leave room for another, the last
+//! one's highest count deciding, which errs towards refusing.
+//!
+//! Read repair. A replica found lower than the highest is raised by the
+//! difference: an addition, never a set, so nothing added meanwhile is
+//! lost. While the first is believed, a doubted replica below it is raised
+//! to it. When the highest decides, a replica lower on every try is raised
+//! by the least it was lower by (a difference of orders changes from try
+//! to try, a lost count does not); an older bucket, which nobody adds to
+//! any more, from one reading. A later loss of the replica that kept the
+//! counts then loses nothing.
 
 use std::time::{Duration, Instant};
 
@@ -155,16 +163,19 @@ impl MemcachedStore {
                 || tries >= MAX_TRIES
                 || !time_for_another(batch, began.elapsed());
             if !settled {
-                // Taken back at once, whatever becomes of this call; the
-                // next try waits a while picked at random, so that
-                // instances whose tries collided do not collide again.
-                for (node, holds) in nodes.iter().zip(&holding) {
-                    if *holds {
-                        start_now(
-                            node.call(take_back_of(&batch.adds, batch.amount), Delivery::Always),
-                        );
-                    }
-                }
+                // Taken back (sent whatever becomes of this call, and
+                // waited for, so that the next try cannot overtake it);
+                // the next try then waits a while picked at random, so
+                // that instances whose tries collided do not collide again.
+                let take_backs = nodes
+                    .iter()
+                    .zip(&holding)
+                    .filter(|(_, holds)| **holds)
+                    .map(|(node, _)| {
+                        node.call(take_back_of(&batch.adds, batch.amount), Delivery::Always)
+                    })
+                    .collect();
+                join_all(take_backs).await;
                 tokio::time::sleep(jitter(began.elapsed() * tries as u32)).await;
             }
             if settled {

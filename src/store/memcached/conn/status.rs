@@ -272,6 +272,7 @@ mod tests {
             clock,
             redials: Arc::default(),
             late_replies: Arc::default(),
+            doubt: Default::default(),
         }
     }
 
