@@ -108,9 +108,18 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             let sequential = sequential(&args, replicas).await?;
             medians[at].push(sequential.median_us);
             add(&mut sums[0][at], sequential);
-            add(&mut sums[1][at], timed(&args, replicas, Load::Spread).await?);
-            add(&mut sums[2][at], timed(&args, replicas, Load::HotKey).await?);
-            add(&mut sums[3][at], timed(&args, replicas, Load::HotRejects).await?);
+            add(
+                &mut sums[1][at],
+                timed(&args, replicas, Load::Spread).await?,
+            );
+            add(
+                &mut sums[2][at],
+                timed(&args, replicas, Load::HotKey).await?,
+            );
+            add(
+                &mut sums[3][at],
+                timed(&args, replicas, Load::HotRejects).await?,
+            );
         }
     }
     let median = |at: usize| {

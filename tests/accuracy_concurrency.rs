@@ -37,7 +37,21 @@ struct Admitted {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eight_instances_admit_nothing_beyond_the_formula() {
     let memcached = common::shared_memcached();
-    let options = common::memcached_options(vec![memcached.addr()]);
+    admit_nothing_beyond_the_formula(common::memcached_options(vec![memcached.addr()])).await;
+}
+
+/// The same with each counter on two nodes (`memcached.replicas = 2`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_two_replicas_too() {
+    let nodes = [common::Memcached::start(), common::Memcached::start()];
+    let options = slidegate::MemcachedOptions {
+        replicas: 2,
+        ..common::memcached_options(nodes.iter().map(common::Memcached::addr).collect())
+    };
+    admit_nothing_beyond_the_formula(options).await;
+}
+
+async fn admit_nothing_beyond_the_formula(options: slidegate::MemcachedOptions) {
     let policy = Arc::new(
         Policy::new(
             "acc",

@@ -59,7 +59,40 @@ macro_rules! behaviour_suite {
                 }
             )*
         }
+        /// Each counter on two nodes (`memcached.replicas = 2`): the same
+        /// behaviour.
+        mod memcached_replicas {
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    super::$case(super::replicated_store().await).await;
+                }
+            )*
+        }
     };
+}
+
+/// A store on the shared memcached and a second node of this binary's,
+/// each counter on both.
+async fn replicated_store() -> slidegate::MemcachedStore {
+    static SECOND: std::sync::OnceLock<common::Memcached> = std::sync::OnceLock::new();
+    let second = SECOND.get_or_init(|| {
+        // Started from a thread that never ends, as the shared one is: the
+        // harness ties a memcached's life to the thread that started it.
+        let (sender, receiver) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            sender.send(common::Memcached::start()).unwrap();
+            loop {
+                std::thread::park();
+            }
+        });
+        receiver.recv().expect("memcached starter thread")
+    });
+    let options = slidegate::MemcachedOptions {
+        replicas: 2,
+        ..common::memcached_options(vec![common::shared_memcached().addr(), second.addr()])
+    };
+    slidegate::MemcachedStore::connect(&options).await.unwrap()
 }
 
 behaviour_suite!(
