@@ -165,3 +165,50 @@ fn subtracted(reply: &Reply) -> Result<Option<u64>, StoreError> {
         other => Err(failed(other)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn replies(values: &[Option<u64>]) -> Result<Replies, StoreError> {
+        Ok(values
+            .iter()
+            .map(|value| value.map_or(Reply::Missing, Reply::Value))
+            .collect())
+    }
+
+    /// Each counter's highest value after, from the replicas that answered:
+    /// what a later check reads. A counter gone on one replica and kept on
+    /// another reads the kept one.
+    #[test]
+    fn a_take_back_answers_each_counter_s_highest() {
+        let answers = vec![
+            replies(&[Some(3), None]),
+            Err(StoreError::Unreachable("down".to_owned())),
+            replies(&[Some(5), Some(1)]),
+        ];
+        assert_eq!(highest_after(answers, 2).unwrap(), [Some(5), Some(1)]);
+        let none = vec![
+            Err(StoreError::Timeout(50)),
+            Err(StoreError::Unreachable("down".to_owned())),
+        ];
+        assert!(matches!(
+            highest_after(none, 1),
+            Err(StoreError::Timeout(50))
+        ));
+        let short = vec![replies(&[Some(1)])];
+        assert!(highest_after(short, 2).is_err());
+    }
+
+    /// A reset counts what the replica that had the most removed.
+    #[test]
+    fn a_reset_counts_the_most_any_replica_removed() {
+        let answers = vec![
+            Ok([Reply::Value(0), Reply::Missing].into_iter().collect()),
+            Ok([Reply::Value(0), Reply::Value(0)].into_iter().collect()),
+            Err(StoreError::Unreachable("down".to_owned())),
+        ];
+        assert_eq!(most_removed(answers).unwrap(), 2);
+        assert!(most_removed(vec![Err(StoreError::Timeout(1))]).is_err());
+    }
+}
