@@ -20,9 +20,11 @@
 //! When the highest decides, a try whose replicas disagree on a counter it
 //! added to is taken back and tried again, after a pause picked at random,
 //! and the try whose replicas agree decides (they placed the check at the
-//! same count, as one node would); the tries are bounded ([`MAX_TRIES`])
-//! and end when the deadline would not leave room for another, the last
-//! one's highest count deciding, which errs towards refusing.
+//! same count, as one node would); the tries are bounded ([`MAX_TRIES`]),
+//! end when the deadline would not leave room for another, and end when a
+//! try finds the replicas as far apart as the one before (a lost count,
+//! which trying again does not change); the last try's highest count then
+//! decides, which errs towards refusing.
 //!
 //! Read repair. A replica found lower than the highest is raised by the
 //! difference: an addition, never a set, so nothing added meanwhile is
@@ -99,6 +101,7 @@ impl MemcachedStore {
         // the next try.
         let mut holding: SmallVec<[bool; MAX_REPLICAS]> = nodes.iter().map(|_| false).collect();
         let mut tries = 0;
+        let mut last_differences: Option<Vec<u64>> = None;
         loop {
             tries += 1;
             let began = Instant::now();
@@ -144,6 +147,9 @@ impl MemcachedStore {
                 return Err(first_error.unwrap_or_else(|| unexpected("no replica was asked")));
             };
             let mut agree = true;
+            // This try's differences, replica by replica: the same as the
+            // last try's is a lost count, not additions in flight.
+            let mut differences: Vec<u64> = Vec::with_capacity(nodes.len() * counters);
             for ((answer, low), holds) in answers.iter().zip(&mut lows).zip(&mut holding) {
                 *holds = false;
                 let (Some(Ok(counts)), Some(low)) = (answer, low.as_mut()) else {
@@ -155,10 +161,14 @@ impl MemcachedStore {
                 let top = highest.read.iter().chain(&highest.added);
                 for ((low, found), top) in low.iter_mut().zip(found).zip(top) {
                     *low = (*low).min(top - found);
+                    differences.push(top - found);
                 }
                 agree &= counts.added == highest.added;
             }
+            let persistent = last_differences.as_ref() == Some(&differences);
+            last_differences = Some(differences);
             let settled = agree
+                || persistent
                 || batch.adds.is_empty()
                 || tries >= MAX_TRIES
                 || !time_for_another(batch, began.elapsed());
