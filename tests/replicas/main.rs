@@ -209,3 +209,73 @@ async fn readiness_follows_the_replicas() {
         }
     }
 }
+
+/// While the first replica is doubted (here: both nodes restarted, so
+/// every instance doubts both), the highest count decides: a burst of 100
+/// callers on 4 instances, limit 5, never admits more than 5. It may admit
+/// fewer (the replicas see the additions in different orders); the figures
+/// are printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn while_replicas_are_doubted_a_burst_never_admits_over_the_limit() {
+    const INSTANCES: usize = 4;
+    const CALLERS: usize = 100;
+    const REPETITIONS: usize = 20;
+    let mut nodes = [Memcached::start(), Memcached::start()];
+    let options = MemcachedOptions {
+        replicas: 2,
+        ..common::memcached_options(nodes.iter().map(Memcached::addr).collect())
+    };
+    let clock = ManualClock::new(common::today_ms() + 30_000);
+    let mut instances = Vec::new();
+    for _ in 0..INSTANCES {
+        let store = MemcachedStore::connect(&options).await.unwrap();
+        instances.push(Arc::new(
+            common::patient_limiter(store)
+                .clock(clock.clone())
+                .failure_mode(FailureMode::Deny)
+                .build(),
+        ));
+    }
+    let policy = Arc::new(Policy::new("doubt", vec![Limit::new(5, 60_000, 1).unwrap()]).unwrap());
+    for instance in &instances {
+        instance.check("warm", &policy, 1).await.unwrap();
+    }
+    for node in &mut nodes {
+        node.restart();
+    }
+    // Every instance has dialled both again: each doubts both.
+    for instance in &instances {
+        wait_for("the nodes back", PATIENCE, || async {
+            let readiness = instance.readiness().await;
+            readiness.result.is_ok() && readiness.nodes.iter().all(|node| node.up)
+        })
+        .await;
+    }
+    let mut admitted_per_repetition = Vec::new();
+    for repetition in 0..REPETITIONS {
+        let key = Arc::new(format!("doubted-{repetition}"));
+        let start = Arc::new(tokio::sync::Barrier::new(CALLERS));
+        let callers: Vec<_> = (0..CALLERS)
+            .map(|caller| {
+                let limiter = instances[caller % INSTANCES].clone();
+                let (policy, key, start) = (policy.clone(), key.clone(), start.clone());
+                tokio::spawn(async move {
+                    start.wait().await;
+                    limiter.check(&key, &policy, 1).await.unwrap().allowed
+                })
+            })
+            .collect();
+        let mut admitted = 0;
+        for caller in callers {
+            admitted += usize::from(caller.await.unwrap());
+        }
+        admitted_per_repetition.push(admitted);
+    }
+    eprintln!("doubted replicas, limit 5, admitted per burst: {admitted_per_repetition:?}");
+    assert!(
+        admitted_per_repetition
+            .iter()
+            .all(|&admitted| admitted <= 5),
+        "{admitted_per_repetition:?}"
+    );
+}
