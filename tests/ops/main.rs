@@ -16,6 +16,7 @@ mod most_limited;
 mod near_cache;
 mod on_call;
 mod openapi;
+mod replicas;
 mod status_page;
 
 use std::alloc::{GlobalAlloc, Layout, System};
