@@ -173,10 +173,14 @@ fn coalesce(file: &MemcachedSection, overrides: &Overrides) -> Result<bool, Conf
 /// many as there are nodes, up to this).
 fn check_replicas(replicas: u64, servers: &[String], discovery: bool) -> Result<u64, String> {
     let replicas = key!("memcached.replicas").check(replicas)?;
-    if !discovery && !servers.is_empty() && replicas as usize > servers.len() {
+    // A server listed twice would hold two of a key's copies: one.
+    let distinct = servers
+        .iter()
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
+    if !discovery && !servers.is_empty() && replicas as usize > distinct {
         return Err(format!(
-            "must not be more than the Memcached servers given ({}), got {replicas}",
-            servers.len()
+            "must not be more than the Memcached servers given ({distinct}), got {replicas}"
         ));
     }
     Ok(replicas)

@@ -226,6 +226,12 @@ fn replicas_are_one_by_default_and_no_more_than_the_nodes() {
         error.contains("memcached.replicas") && error.contains("servers given (2)"),
         "{error}"
     );
+    // The same server twice is one server: it cannot hold two copies.
+    let twice = "[memcached]\nservers = [\"127.0.0.1:1\", \"127.0.0.1:1\"]\nreplicas = 2\n";
+    let error = resolve(twice, &Overrides::default())
+        .err()
+        .unwrap_or_default();
+    assert!(error.contains("servers given (1)"), "{error}");
     let flag = Overrides {
         memcached_replicas: Some(3),
         ..Overrides::default()

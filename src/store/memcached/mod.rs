@@ -328,10 +328,14 @@ fn check_replicas(options: &MemcachedOptions) -> Result<(), StoreError> {
             route::MAX_REPLICAS
         )));
     }
-    if options.discovery.is_none() && replicas > options.servers.len() {
+    let distinct = options
+        .servers
+        .iter()
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
+    if options.discovery.is_none() && replicas > distinct {
         return Err(StoreError::Protocol(format!(
-            "replicas ({replicas}) must not be more than the servers given ({})",
-            options.servers.len()
+            "replicas ({replicas}) must not be more than the servers given ({distinct})"
         )));
     }
     Ok(())
