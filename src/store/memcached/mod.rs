@@ -5,19 +5,23 @@
 //! and an `ma <key> N<ttl> J<n> D<n> v` per addition, which creates a missing
 //! counter holding `n` (auto-vivify) or adds `n` atomically, and answers the
 //! value after. Every counter of one key lives on one node (routing is on
-//! the key digest), so a batch is one round trip.
+//! the key digest), so a batch is one round trip. With replicas
+//! (`memcached.replicas`), on each of the key's N nodes of highest score,
+//! asked at once: still one round trip in time (see `exchange`).
 //!
 //! | file | owns |
 //! |---|---|
 //! | `mod.rs` | the [`Store`] impl: a batch in, counts out; readiness node by node |
-//! | `readiness` | every node pinged at once: ready while any answers; one round in flight, its answer shared and reused while the connections stay as they were |
+//! | `exchange` | a batch on one node, or on every replica: who decides, the tries of replicas that disagree, read repair |
+//! | `fanout` | take-backs and resets on every replica, and what their answers come to |
+//! | `readiness` | every node pinged at once: ready while any answers (with replicas, while every key keeps one); one round in flight, its answer shared and reused while the connections stay as they were |
 //! | `options` | how to reach Memcached: servers or discovery, TLS, namespace, timeout, drain bound, connections |
 //! | `topology` | the node list in use, swapped whole, and its snapshot for metrics and `/readyz` |
 //! | `conn` | multiplexed, pipelined connections: queue, reader, slots, the drain of a stalled one, and the overdue/stall/extra policy |
 //! | `dial` | plain TCP or TLS (rustls) connections |
 //! | [`discovery`] | ElastiCache Auto Discovery: `config get cluster`, polled |
 //! | [`wire`] | keys, meta commands and replies as bytes, no I/O |
-//! | [`route`] | the rendezvous hash that picks a key's node |
+//! | [`route`] | the rendezvous hash that picks a key's node, and its replicas |
 //! | [`clock`] | the shared clock: the first node's second, watched as it ticks |
 
 pub mod clock;
