@@ -279,3 +279,53 @@ async fn while_replicas_are_doubted_a_burst_never_admits_over_the_limit() {
         "{admitted_per_repetition:?}"
     );
 }
+
+/// An instance started after a node was replaced never saw it go: it
+/// learns each node's birth (the first second any instance asked it) in
+/// its first exchange, and a key's first replica born later than another
+/// is not believed alone. The key keeps its count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_started_after_a_replacement_does_not_believe_the_empty_node() {
+    let mut nodes: Vec<Memcached> = (0..3).map(|_| Memcached::start()).collect();
+    let options = MemcachedOptions {
+        replicas: 2,
+        ..common::memcached_options(nodes.iter().map(Memcached::addr).collect())
+    };
+    let policy = Policy::new("lost", vec![Limit::new(LIMIT, HOUR_MS, 1).unwrap()]).unwrap();
+    let at = common::today_ms() + HOUR_MS / 2;
+    let first = Arc::new(MemcachedStore::connect(&options).await.unwrap());
+    let key = (0..)
+        .map(|candidate| format!("fresh-{candidate}"))
+        .find(|key| first.replica_names_of(&KeyDigest::of("lost", key))[0] == nodes[0].addr())
+        .unwrap();
+    let before = common::patient_limiter(first)
+        .clock(ManualClock::new(at))
+        .near_cache_capacity(0)
+        .build();
+    for _ in 0..FILLED {
+        assert!(before.check(&key, &policy, 1).await.unwrap().allowed);
+    }
+    drop(before);
+    nodes[0].restart();
+    // Later, by the clocks' seconds, than the births the first instance
+    // gave the nodes.
+    let store = MemcachedStore::connect(&options).await.unwrap();
+    let after = common::patient_limiter(store)
+        .clock(ManualClock::new(at + 5_000))
+        .near_cache_capacity(0)
+        .failure_mode(FailureMode::Deny)
+        .build();
+    let mut admitted = 0;
+    for _ in 0..AFTER_AT_MOST {
+        let decision = after.check(&key, &policy, 1).await.unwrap();
+        if !decision.allowed {
+            break;
+        }
+        assert_eq!(decision.source, Source::Store);
+        admitted += 1;
+    }
+    eprintln!(
+        "a fresh instance after the key's first replica was replaced: {FILLED} before, {admitted} more"
+    );
+    assert_eq!(FILLED + admitted, LIMIT);
+}

@@ -10,12 +10,18 @@
 //! checks that one node would have admitted, and a burst would admit fewer
 //! than its limit. So while the first replica (the key's node without
 //! replicas) is believed, its counts decide alone, exactly as one node's
-//! would: a burst admits exactly its limit. It is believed unless it was
-//! doubted (see `conn/doubt.rs`: a connection lost, a dial or a call
-//! failed, it joined or moved) within the batch's counters' lifetime: it
-//! may then hold less than the others (it came back empty, or missed
-//! additions), and the highest count of the replicas that answer decides.
-//! A first replica that fails the call is doubted, and the others decide.
+//! would: a burst admits exactly its limit. It is not believed (it may
+//! hold less than the others: it came back empty, or missed additions)
+//! when, within the batch's counters' lifetime, this instance doubted it
+//! (see `conn/doubt.rs`: a connection lost, a dial or a call failed, it
+//! joined or moved), or it was born later than another replica. A node's
+//! birth is the first second any instance asked it (`Born`, a marker that
+//! never expires, asked in the same request as a batch, once per
+//! connection): a node that restarted or was replaced answers a later one,
+//! so an instance started after the event, which never saw it, does not
+//! believe it either. Then the highest count of the replicas that answer
+//! decides. A first replica that fails the call is doubted, and the
+//! others decide.
 //!
 //! When the highest decides, a try whose replicas disagree on a counter it
 //! added to is taken back and tried again, after a pause picked at random,
@@ -58,6 +64,17 @@ impl MemcachedStore {
         node: &Node,
         batch: &CounterBatch,
     ) -> Result<BatchCounts, StoreError> {
+        self.exchange_asking_birth(node, batch, false).await
+    }
+
+    /// [`exchange_one`](Self::exchange_one), with the node's birth asked
+    /// in the same request when `ask_birth` (and learnt, see `Born`).
+    async fn exchange_asking_birth(
+        &self,
+        node: &Node,
+        batch: &CounterBatch,
+        ask_birth: bool,
+    ) -> Result<BatchCounts, StoreError> {
         // An addition whose caller gives up after it was applied is taken
         // back, so Memcached counts only what was reported as counted.
         let additions = Additions {
@@ -65,9 +82,20 @@ impl MemcachedStore {
             amount: batch.amount,
             first_reply: batch.reads.len(),
         };
-        let replies = node
-            .call_counted(commands_of(batch), additions, batch.deadline)
+        let mut commands = commands_of(batch);
+        let generation = node.born().1;
+        if ask_birth {
+            commands.push(Command::Born {
+                now_s: batch.now_ms / 1000,
+            });
+        }
+        let mut replies = node
+            .call_counted(commands, additions, batch.deadline)
             .await?;
+        // Only asked, so only popped, when `ask_birth`.
+        if ask_birth && let Some(Reply::Value(born)) = replies.pop() {
+            node.learn_born(born, generation);
+        }
         counts_of(node, batch, &replies)
     }
 
@@ -90,7 +118,8 @@ impl MemcachedStore {
                 .max()
                 .unwrap_or(0),
         );
-        let first_believed = !nodes[0].doubted_within(lifetime);
+        let lifetime_s = lifetime.as_secs();
+        let now_s = batch.now_ms / 1000;
         // Per replica, the least each counter was found below the highest,
         // over the tries it answered; `None` once it failed a try.
         let mut lows: SmallVec<[Option<Vec<u64>>; MAX_REPLICAS]> = nodes
@@ -111,9 +140,10 @@ impl MemcachedStore {
                 .map(|(node, low)| {
                     // A replica that failed a try is left out of the next.
                     let ask = tries == 1 || low.is_some();
+                    let ask_birth = tries == 1 && node.born().0.is_none();
                     async move {
                         if ask {
-                            Some(self.exchange_one(node, batch).await)
+                            Some(self.exchange_asking_birth(node, batch, ask_birth).await)
                         } else {
                             None
                         }
@@ -126,12 +156,14 @@ impl MemcachedStore {
                     node.doubt();
                 }
             }
-            if tries == 1
-                && first_believed
-                && let Some(Some(Ok(counts))) = answers.first()
-            {
-                self.raise_doubted(nodes, &answers, counts, batch, lifetime);
-                return Ok(counts.clone());
+            if tries == 1 {
+                let suspect = suspects(nodes, &answers, lifetime, lifetime_s, now_s);
+                if !suspect[0]
+                    && let Some(Some(Ok(counts))) = answers.first()
+                {
+                    self.raise_suspects(nodes, &answers, &suspect, counts, batch);
+                    return Ok(counts.clone());
+                }
             }
             let mut highest: Option<BatchCounts> = None;
             let mut first_error = None;
@@ -195,21 +227,21 @@ impl MemcachedStore {
         }
     }
 
-    /// Raise each replica doubted within `lifetime` that answered lower
-    /// than the first, believed one: started now, waited for by nobody.
-    fn raise_doubted(
+    /// Raise each suspect replica that answered lower than the first,
+    /// believed one: started now, waited for by nobody.
+    fn raise_suspects(
         &self,
         nodes: &ReplicaNodes,
         answers: &[Option<Result<BatchCounts, StoreError>>],
+        suspect: &[bool],
         first: &BatchCounts,
         batch: &CounterBatch,
-        lifetime: Duration,
     ) {
         let counters = batch.reads.iter().chain(&batch.adds);
         let believed: Vec<u64> = first.read.iter().chain(&first.added).copied().collect();
-        for (node, answer) in nodes.iter().zip(answers).skip(1) {
+        for ((node, answer), &suspect) in nodes.iter().zip(answers).zip(suspect).skip(1) {
             let Some(Ok(counts)) = answer else { continue };
-            if !node.doubted_within(lifetime) {
+            if !suspect {
                 continue;
             }
             let found = counts.read.iter().chain(&counts.added);
@@ -269,6 +301,41 @@ impl MemcachedStore {
             }
         }
     }
+}
+
+/// Which replicas may hold less than they should (their counts are only a
+/// floor): one doubted within the counters' lifetime (a connection lost, a
+/// call failed), one whose birth is not known, and one born within it
+/// later than another replica that answered (it restarted or was replaced
+/// since: the other holds counts it never saw). Births a second apart are
+/// one: replicas asked first together are born together.
+fn suspects(
+    nodes: &ReplicaNodes,
+    answers: &[Option<Result<BatchCounts, StoreError>>],
+    lifetime: Duration,
+    lifetime_s: u64,
+    now_s: u64,
+) -> SmallVec<[bool; MAX_REPLICAS]> {
+    let births: SmallVec<[Option<u64>; MAX_REPLICAS]> = nodes
+        .iter()
+        .zip(answers)
+        .map(|(node, answer)| match answer {
+            Some(Ok(_)) => node.born().0,
+            _ => None,
+        })
+        .collect();
+    let eldest = births.iter().flatten().min().copied();
+    nodes
+        .iter()
+        .zip(&births)
+        .map(|(node, born)| match (born, eldest) {
+            (Some(born), Some(eldest)) => {
+                node.doubted_within(lifetime)
+                    || (*born > eldest + 1 && born.saturating_add(lifetime_s) > now_s)
+            }
+            _ => true,
+        })
+        .collect()
 }
 
 /// Whether the batch's deadline leaves room for a try as long as the last

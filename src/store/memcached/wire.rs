@@ -55,6 +55,11 @@ pub enum Command {
     /// TTL, `HD t<secs>`, read as [`Reply::Value`]: memcached's own Unix
     /// second is then `expires - secs`.
     ClockProbe { expires: u32 },
+    /// `ma <ns>:born N0 J<now> D0 v`: when this node first answered any
+    /// instance of the namespace, in Unix seconds: creates, once, an item
+    /// that never expires holding `now`, and answers its value. A node that
+    /// restarted or was replaced answers a later second (see `exchange.rs`).
+    Born { now_s: u64 },
 }
 
 impl Command {
@@ -217,6 +222,13 @@ impl<'a> Encoder<'a> {
                 self.buffer.extend_from_slice(b" N");
                 write_number(u64::from(*expires), self.buffer);
                 self.buffer.extend_from_slice(b" J0 D0 t");
+            }
+            Command::Born { now_s } => {
+                self.buffer.extend_from_slice(b"ma ");
+                self.buffer.extend_from_slice(self.namespace.as_bytes());
+                self.buffer.extend_from_slice(b":born N0 J");
+                write_number(*now_s, self.buffer);
+                self.buffer.extend_from_slice(b" D0 v");
             }
             // `mn` takes no flags, so it carries no opaque token.
             Command::Noop => {

@@ -19,7 +19,7 @@
 //! | [`health`] | the pure policy: overdue, stalled and how it is given up, extra connections, which slot takes a request |
 //! | `status` | what routing reads lock-free: each slot's phase, oldest unanswered write and drain, the node's clock, redials and late replies |
 //! | [`unclaimed`] | a counted request's wait, which takes its additions back if its caller gives up |
-//! | [`doubt`] | when the node last gave reason to doubt it holds every count (a connection lost, a dial failed) |
+//! | [`doubt`] | when the node last gave reason to doubt it holds every count (a connection lost, a dial failed), and its birth |
 //!
 //! The stream stays in step whatever the callers do:
 //! - a request whose caller stopped waiting (or whose deadline passed)
@@ -237,6 +237,17 @@ impl Node {
     /// or it joined or moved after the store started.
     pub fn doubt(&self) {
         self.status.doubt.now(self.status.clock);
+    }
+
+    /// When it was born (see [`Command::Born`]), if known since its last
+    /// doubt; and the doubts so far, to give [`learn_born`](Self::learn_born).
+    pub fn born(&self) -> (Option<u64>, u64) {
+        (self.status.doubt.born(), self.status.doubt.generation())
+    }
+
+    /// The birth it answered to a question asked at `generation`.
+    pub fn learn_born(&self, born: u64, generation: u64) {
+        self.status.doubt.learn_born(born, generation);
     }
 
     /// Whether its counts were doubted within the last `span`.
