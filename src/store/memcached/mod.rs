@@ -13,6 +13,7 @@
 //! |---|---|
 //! | `mod.rs` | the [`Store`] impl: a batch in, counts out; readiness node by node |
 //! | `exchange` | a batch on one node, or on every replica: who decides, the tries of replicas that disagree, read repair |
+//! | `repair` | which replicas may hold less than they should, and raising them (read repair) |
 //! | `fanout` | take-backs and resets on every replica, and what their answers come to |
 //! | `readiness` | every node pinged at once: ready while any answers (with replicas, while every key keeps one); one round in flight, its answer shared and reused while the connections stay as they were |
 //! | `options` | how to reach Memcached: servers or discovery, TLS, namespace, timeout, drain bound, connections |
@@ -32,6 +33,7 @@ mod exchange;
 mod fanout;
 mod options;
 mod readiness;
+mod repair;
 pub mod route;
 mod topology;
 pub mod wire;
