@@ -10,9 +10,12 @@
 //! Phases, each for 1 replica and for 2, alternated over `--rounds`:
 //! - commands: admitted checks of distinct keys, one at a time; memcached
 //!   commands per check from the nodes' `stats` (reads and arithmetic);
-//! - latency: the median of those checks' times: one round trip in time
-//!   whatever the replicas (they go out together), so the ratio stays
-//!   near 1 where two round trips one after the other would double it;
+//! - latency: the median of those checks' times; and the same through a
+//!   proxy in front of each node that holds everything it forwards for
+//!   `DELAY` each way, so that the network's time, not the machine's,
+//!   makes the check's: the replicas are asked together, so a check takes
+//!   one delayed round trip (2 x `DELAY`) with 2 replicas as with 1, where
+//!   one after the other would take two;
 //! - throughput: `--tasks` concurrent checks over 10,000 keys for
 //!   `--seconds`;
 //! - hot key: every task on one key under a limit it never reaches
@@ -31,6 +34,10 @@ use std::time::{Duration, Instant};
 use slidegate::{Limit, Limiter, MemcachedOptions, MemcachedStore, Policy};
 
 const SEQUENTIAL_CHECKS: u64 = 2_000;
+/// What each proxy holds a forwarded chunk for, each way.
+const DELAY: Duration = Duration::from_millis(2);
+/// Checks one at a time through the delaying proxies.
+const DELAYED_CHECKS: u64 = 100;
 const KEYS: u64 = 10_000;
 /// The most checks one timed phase may make, whatever its time.
 const MAX_CHECKS: u64 = 5_000_000;
@@ -99,6 +106,11 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     // [phase][replicas - 1], summed over rounds.
     let mut sums = [[Measured::default(); 2]; 4];
     let mut medians: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    let mut delayed: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    let mut proxies = Vec::new();
+    for node in &args.nodes {
+        proxies.push(delaying_proxy(node.clone()).await?);
+    }
     for round in 0..args.rounds {
         // Alternate which goes first, so neither always meets a warmer
         // or a busier machine.
@@ -107,6 +119,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             let at = replicas - 1;
             let sequential = sequential(&args, replicas).await?;
             medians[at].push(sequential.median_us);
+            delayed[at].push(through_delay(&proxies, replicas).await?);
             add(&mut sums[0][at], sequential);
             add(
                 &mut sums[1][at],
@@ -122,6 +135,11 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             );
         }
     }
+    let middle = |values: &[f64]| {
+        let mut values = values.to_vec();
+        values.sort_by(f64::total_cmp);
+        values.get(values.len() / 2).copied().unwrap_or(0.0)
+    };
     let median = |at: usize| {
         let mut values = medians[at].clone();
         values.sort_by(f64::total_cmp);
@@ -148,6 +166,13 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         median(0),
         median(1),
         median(1) / median(0)
+    );
+    println!(
+        "| median check latency through a {} ms delay each way (ms) | {:.2} | {:.2} | {:.2} |",
+        DELAY.as_millis(),
+        middle(&delayed[0]) / 1e3,
+        middle(&delayed[1]) / 1e3,
+        middle(&delayed[1]) / middle(&delayed[0])
     );
     let names = [
         "throughput, 10,000 keys (checks/s)",
@@ -238,6 +263,71 @@ enum Load {
     Spread,
     HotKey,
     HotRejects,
+}
+
+/// The median time, in microseconds, of checks one at a time through the
+/// delaying proxies.
+async fn through_delay(
+    proxies: &[String],
+    replicas: usize,
+) -> Result<f64, Box<dyn std::error::Error>> {
+    let args = Args {
+        nodes: proxies.to_vec(),
+        seconds: 0.0,
+        tasks: 1,
+        rounds: 1,
+    };
+    let limiter = limiter(&args, replicas).await?;
+    let policy = Policy::new("delayed", vec![Limit::new(1_000, 60_000, 1)?])?;
+    limiter.check("warm", &policy, 1).await?;
+    let mut times = Vec::new();
+    for key in 0..DELAYED_CHECKS {
+        let start = Instant::now();
+        limiter.check(&format!("d{key}"), &policy, 1).await?;
+        times.push(start.elapsed().as_secs_f64() * 1e6);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
+}
+
+/// A loopback proxy to `upstream` that holds each chunk it forwards for
+/// [`DELAY`], each way; its address.
+async fn delaying_proxy(upstream: String) -> Result<String, Box<dyn std::error::Error>> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?.to_string();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else {
+                continue;
+            };
+            let (client_read, client_write) = client.into_split();
+            let (server_read, server_write) = server.into_split();
+            tokio::spawn(delay_copy(client_read, server_write));
+            tokio::spawn(delay_copy(server_read, client_write));
+        }
+    });
+    Ok(addr)
+}
+
+/// Copy `from` to `to`, each chunk held for [`DELAY`].
+async fn delay_copy(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buffer = vec![0u8; 64 * 1024];
+    loop {
+        let Ok(read) = from.read(&mut buffer).await else {
+            return;
+        };
+        if read == 0 {
+            return;
+        }
+        tokio::time::sleep(DELAY).await;
+        if to.write_all(&buffer[..read]).await.is_err() {
+            return;
+        }
+    }
 }
 
 /// `--tasks` tasks checking for `--seconds`.
