@@ -374,7 +374,12 @@ async fn timed(
             })
         })
         .collect();
-    tokio::time::sleep(Duration::from_secs_f64(args.seconds)).await;
+    // Until the time is up or the checks' bound is reached, whichever
+    // comes first: the rate is of the time the checks took.
+    let phase = Duration::from_secs_f64(args.seconds);
+    while began.elapsed() < phase && checks.load(Ordering::Relaxed) < MAX_CHECKS {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     stop.store(true, Ordering::Relaxed);
     for task in tasks {
         task.await?;
