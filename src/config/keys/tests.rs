@@ -182,10 +182,15 @@ fn each_default_written_out_changes_nothing() {
 
 #[test]
 fn the_loader_takes_each_bound_and_refuses_one_past_it() {
-    // Memcached nodes, so that every key loads (`clock.source` needs them).
+    // Memcached nodes, so that every key loads (`clock.source` needs them;
+    // `memcached.replicas` up to 3 needs three).
     let nodes = [(
         "memcached.servers",
-        toml::Value::Array(vec!["127.0.0.1:11211".into()]),
+        toml::Value::Array(vec![
+            "127.0.0.1:11211".into(),
+            "127.0.0.1:11212".into(),
+            "127.0.0.1:11213".into(),
+        ]),
     )];
     let mut checked = 0;
     for key in KEYS.iter().filter(|key| top_level(key)) {
