@@ -16,10 +16,14 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
+pub mod catalogue;
+pub mod clock;
 mod last_error;
 mod latency;
+pub mod store;
 mod striped;
 
+use self::catalogue::{Described, Kind};
 use self::last_error::LastError;
 use self::latency::LatencyHistogram;
 use self::striped::{Striped, StripedArray};
@@ -38,6 +42,64 @@ type Counter = prometheus_client::metrics::counter::Counter<u64, Striped>;
 pub(crate) const LATENCY_BUCKETS: [f64; 18] = [
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
     5.0, 10.0, 30.0, 60.0,
+];
+
+/// The limiter's families, in the order [`Metrics::register`] adds them.
+pub const FAMILIES: &[Described; 9] = &[
+    Described {
+        name: "slidegate_decisions",
+        kind: Kind::Counter,
+        labels: &["policy", "outcome"],
+        help: "Decisions by policy (`inline` for limits given in the request) and outcome.",
+    },
+    Described {
+        name: "slidegate_check_duration_seconds",
+        kind: Kind::Histogram,
+        labels: &[],
+        help: "Time to decide a check, peek or report, near-cache and store included.",
+    },
+    Described {
+        name: "slidegate_store_duration_seconds",
+        kind: Kind::Histogram,
+        labels: &[],
+        help: "Time of one store round trip (timeouts included, at the timeout).",
+    },
+    Described {
+        name: "slidegate_store_calls",
+        kind: Kind::Counter,
+        labels: &[],
+        help: "Round trips to the store, rollbacks included.",
+    },
+    Described {
+        name: "slidegate_store_errors",
+        kind: Kind::Counter,
+        labels: &["kind"],
+        help: "Store calls that failed, by kind: timeout, refused, protocol, overloaded.",
+    },
+    Described {
+        name: "slidegate_rollback_failures",
+        kind: Kind::Counter,
+        labels: &[],
+        help: "Rejected requests whose take-back was not confirmed: it failed, or was not answered in time.",
+    },
+    Described {
+        name: "slidegate_coalesced_checks",
+        kind: Kind::Counter,
+        labels: &[],
+        help: "Checks that shared one store exchange with others of their key and policy.",
+    },
+    Described {
+        name: "slidegate_near_cache_hits",
+        kind: Kind::Counter,
+        labels: &[],
+        help: "Rejects answered by the near-cache without a store round trip.",
+    },
+    Described {
+        name: "slidegate_near_cache_entries",
+        kind: Kind::Gauge,
+        labels: &[],
+        help: "Keys remembered by the near-cache of hot rejects.",
+    },
 ];
 
 /// How a decision ended, for `slidegate_decisions_total{outcome}`.
@@ -233,51 +295,26 @@ impl Metrics {
     /// registry holds handles to the same counters: register once, scrape
     /// as often as wanted; call [`crate::Limiter::refresh_gauges`] first.
     pub fn register(&self, registry: &mut Registry) {
-        registry.register(
-            "slidegate_decisions",
-            "Decisions by policy (`inline` for limits given in the request) and outcome",
-            self.decisions.clone(),
-        );
-        registry.register(
-            "slidegate_check_duration_seconds",
-            "Time to decide a check, peek or report, near-cache and store included",
-            self.check_duration.clone(),
-        );
-        registry.register(
-            "slidegate_store_duration_seconds",
-            "Time of one store round trip (timeouts included, at the timeout)",
-            self.store_duration.clone(),
-        );
-        registry.register(
-            "slidegate_store_calls",
-            "Round trips to the store, rollbacks included",
-            self.store_calls.clone(),
-        );
-        registry.register(
-            "slidegate_store_errors",
-            "Store calls that failed, by kind: timeout, refused, protocol, overloaded",
-            self.store_errors.clone(),
-        );
-        registry.register(
-            "slidegate_rollback_failures",
-            "Rejected requests whose take-back was not confirmed: it failed, or was not answered in time",
-            self.rollback_failures.clone(),
-        );
-        registry.register(
-            "slidegate_coalesced_checks",
-            "Checks that shared one store exchange with others of their key and policy",
-            self.coalesced_checks.clone(),
-        );
-        registry.register(
-            "slidegate_near_cache_hits",
-            "Rejects answered by the near-cache without a store round trip",
-            self.near_cache_hits.clone(),
-        );
-        registry.register(
-            "slidegate_near_cache_entries",
-            "Keys remembered by the near-cache of hot rejects",
-            self.near_cache_entries.clone(),
-        );
+        let [
+            decisions,
+            check_duration,
+            store_duration,
+            store_calls,
+            store_errors,
+            rollback_failures,
+            coalesced_checks,
+            near_cache_hits,
+            near_cache_entries,
+        ] = FAMILIES;
+        decisions.register(registry, self.decisions.clone());
+        check_duration.register(registry, self.check_duration.clone());
+        store_duration.register(registry, self.store_duration.clone());
+        store_calls.register(registry, self.store_calls.clone());
+        store_errors.register(registry, self.store_errors.clone());
+        rollback_failures.register(registry, self.rollback_failures.clone());
+        coalesced_checks.register(registry, self.coalesced_checks.clone());
+        near_cache_hits.register(registry, self.near_cache_hits.clone());
+        near_cache_entries.register(registry, self.near_cache_entries.clone());
     }
 
     /// Create the series of a named policy now (every outcome at 0), so that

@@ -1,22 +1,20 @@
 //! What guards the listener: the connection cap, the API token, and the
-//! counters they keep, read into /metrics by [`snapshot`].
+//! counters they keep, registered into /metrics by [`Guard::register`].
 
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use hyper::header::{AUTHORIZATION, HeaderValue, WWW_AUTHENTICATE};
 use hyper::{Request, Response, StatusCode};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
 use tokio::net::{TcpListener, TcpStream};
 
-use super::App;
 use super::api::{self, Body};
-use crate::clock::{SystemClock, WatchedClock};
 use crate::config::{ApiTokens, ServerGuard};
-use crate::store::AnyStore;
-#[cfg(feature = "memcached")]
-use crate::store::MemcachedClock;
+use crate::metrics::catalogue::{Described, Kind};
 
 /// The pause after a failed accept.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
@@ -28,22 +26,41 @@ pub(crate) struct Guard {
     /// How long a connection may be quiet before it is closed: see
     /// [`Guard::quiet_timeout`].
     quiet_timeout: Duration,
-    open: Arc<AtomicUsize>,
-    refused: AtomicU64,
-    unauthorized: AtomicU64,
-    /// The local clock, watched for backward jumps.
-    pub(crate) local_clock: Arc<WatchedClock<SystemClock>>,
-    /// The shared clock, when `[clock] source = "memcached"`.
-    #[cfg(feature = "memcached")]
-    pub(crate) shared_clock: Option<Arc<MemcachedClock>>,
+    /// Connections holding a place: a gauge of /metrics, and the count
+    /// the cap is taken against, one atomic for both.
+    open: Gauge,
+    refused: Counter,
+    unauthorized: Counter,
 }
 
+/// The guard's families, in the order [`Guard::register`] adds them.
+pub(crate) const FAMILIES: &[Described; 3] = &[
+    Described {
+        name: "slidegate_connections_open",
+        kind: Kind::Gauge,
+        labels: &[],
+        help: "Connections being served (HTTP and RLS).",
+    },
+    Described {
+        name: "slidegate_connections_refused",
+        kind: Kind::Counter,
+        labels: &[],
+        help: "Connections (HTTP and RLS) closed at once because max_connections were open.",
+    },
+    Described {
+        name: "slidegate_unauthorized",
+        kind: Kind::Counter,
+        labels: &[],
+        help: "Requests refused (HTTP 401, gRPC UNAUTHENTICATED) for want of a valid API token.",
+    },
+];
+
 /// A served connection's place under the cap, given back when it ends.
-pub(crate) struct Permit(Arc<AtomicUsize>);
+pub(crate) struct Permit(Gauge);
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        self.0.dec();
     }
 }
 
@@ -68,17 +85,28 @@ impl TokenSettings {
 }
 
 impl Guard {
-    pub(crate) fn new(settings: ServerGuard, local_clock: Arc<WatchedClock<SystemClock>>) -> Guard {
+    pub(crate) fn new(settings: &ServerGuard) -> Guard {
         Guard {
             max_connections: AtomicUsize::new(settings.max_connections),
             quiet_timeout: settings.quiet_timeout,
-            open: Arc::new(AtomicUsize::new(0)),
-            refused: AtomicU64::new(0),
-            unauthorized: AtomicU64::new(0),
-            local_clock,
-            #[cfg(feature = "memcached")]
-            shared_clock: None,
+            open: Gauge::default(),
+            refused: Counter::default(),
+            unauthorized: Counter::default(),
         }
+    }
+
+    /// Take `settings` instead, counts kept: for an app being built.
+    pub(crate) fn configure(&mut self, settings: &ServerGuard) {
+        self.apply(settings);
+        self.quiet_timeout = settings.quiet_timeout;
+    }
+
+    /// Add the guard's families to `registry`.
+    pub(crate) fn register(&self, registry: &mut Registry) {
+        let [open, refused, unauthorized] = FAMILIES;
+        open.register(registry, self.open.clone());
+        refused.register(registry, self.refused.clone());
+        unauthorized.register(registry, self.unauthorized.clone());
     }
 
     /// A place for a new connection, or `None` (counted) past the cap. One
@@ -86,13 +114,15 @@ impl Guard {
     /// same cap.
     pub(crate) fn admit(&self) -> Option<Permit> {
         let max = self.max_connections.load(Ordering::Relaxed);
+        let max = i64::try_from(max).unwrap_or(i64::MAX);
         let taken = self
             .open
+            .inner()
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |open| {
                 (open < max).then_some(open + 1)
             });
         if taken.is_err() {
-            self.refused.fetch_add(1, Ordering::Relaxed);
+            self.refused.inc();
             return None;
         }
         Some(Permit(self.open.clone()))
@@ -122,12 +152,12 @@ impl Guard {
 
     /// Connections closed at once because the cap was reached.
     pub fn refused_connections(&self) -> u64 {
-        self.refused.load(Ordering::Relaxed)
+        self.refused.get()
     }
 
     /// Connections holding a place under the cap now.
     pub fn open_connections(&self) -> usize {
-        self.open.load(Ordering::Relaxed)
+        usize::try_from(self.open.get()).unwrap_or(0)
     }
 
     /// How long a connection may be quiet before it is closed: an HTTP/1
@@ -210,7 +240,7 @@ impl Guard {
         if presented.is_some_and(|token| tokens.accepts(token)) {
             return None;
         }
-        self.unauthorized.fetch_add(1, Ordering::Relaxed);
+        self.unauthorized.inc();
         Some(if presented.is_some() {
             "authorization: the bearer token is not valid"
         } else {
@@ -227,100 +257,6 @@ fn bearer_token(value: &[u8]) -> Option<&[u8]> {
     }
     let token = rest.trim_ascii();
     (!token.is_empty()).then_some(token)
-}
-
-/// The guards' figures at one instant, to be encoded into /metrics with
-/// the rest: the connection cap, the token, the clocks, the embedded store.
-pub(crate) fn snapshot(app: &App) -> Vec<Figure> {
-    let guard = &app.guard;
-    let mut figures = vec![
-        Figure::gauge(
-            "slidegate_connections_open",
-            "Connections being served (HTTP and RLS).",
-            guard.open.load(Ordering::Relaxed) as u64,
-        ),
-        Figure::counter(
-            "slidegate_connections_refused",
-            "Connections (HTTP and RLS) closed at once because max_connections were open.",
-            guard.refused_connections(),
-        ),
-        Figure::counter(
-            "slidegate_unauthorized",
-            "Requests refused (HTTP 401, gRPC UNAUTHENTICATED) for want of a valid API token.",
-            guard.unauthorized.load(Ordering::Relaxed),
-        ),
-        Figure::counter(
-            "slidegate_clock_backward_jumps",
-            "Times the local clock was set back by more than 100 ms.",
-            guard.local_clock.backward_jumps(),
-        ),
-    ];
-    #[cfg(feature = "memcached")]
-    if let Some(shared) = &guard.shared_clock {
-        figures.push(Figure::signed_gauge(
-            "slidegate_clock_offset_ms",
-            "Milliseconds added to the local clock to read the first Memcached node's.",
-            shared.offset_ms(),
-        ));
-        figures.push(Figure::counter(
-            "slidegate_clock_estimate_failures",
-            "Estimates of the shared clock's offset that failed.",
-            shared.estimates().1,
-        ));
-    }
-    // A build without Memcached has one store: the pattern always matches.
-    #[allow(irrefutable_let_patterns)]
-    if let AnyStore::Memory(store) = app.limiter.store() {
-        figures.push(Figure::counter(
-            "slidegate_memory_evictions",
-            "Live counters the embedded store evicted to make room (they then read as 0).",
-            store.evictions(),
-        ));
-        figures.push(Figure::gauge(
-            "slidegate_memory_capacity",
-            "Counters the embedded store holds before it evicts.",
-            store.capacity() as u64,
-        ));
-    }
-    figures
-}
-
-/// One unlabelled series. A counter's name has no `_total`: the encoder
-/// adds it, as OpenMetrics wants.
-#[derive(Debug)]
-pub(crate) struct Figure {
-    pub name: &'static str,
-    pub help: &'static str,
-    pub counter: bool,
-    pub value: i64,
-}
-
-impl Figure {
-    fn counter(name: &'static str, help: &'static str, value: u64) -> Figure {
-        Figure {
-            name,
-            help,
-            counter: true,
-            value: i64::try_from(value).unwrap_or(i64::MAX),
-        }
-    }
-
-    fn gauge(name: &'static str, help: &'static str, value: u64) -> Figure {
-        Figure {
-            counter: false,
-            ..Figure::counter(name, help, value)
-        }
-    }
-
-    #[cfg(feature = "memcached")]
-    fn signed_gauge(name: &'static str, help: &'static str, value: i64) -> Figure {
-        Figure {
-            name,
-            help,
-            counter: false,
-            value,
-        }
-    }
 }
 
 #[cfg(test)]

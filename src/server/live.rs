@@ -83,8 +83,7 @@ impl App {
         self.apply_config(config);
         self.guard.apply(&config.server);
         self.log_refusals(config.log.refusals_per_s);
-        #[cfg(feature = "grpc")]
-        self.apply_rlqs(&config.rlqs);
+        self.envoy.apply(config);
     }
 
     /// [`apply`](Self::apply) what a configuration says, its exemptions
@@ -120,7 +119,7 @@ impl App {
     /// Cap connections and require API tokens as `settings` say.
     pub fn with_guard(mut self, settings: ServerGuard) -> App {
         let tokens = TokenSettings::of(&settings);
-        self.guard = super::guard::Guard::new(settings, self.guard.local_clock.clone());
+        self.guard.configure(&settings);
         self.changing_live(|live| live.tokens = tokens)
     }
 

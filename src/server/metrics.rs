@@ -1,6 +1,8 @@
-//! `GET /metrics`: one `prometheus-client` registry holding the limiter's
-//! families, the HTTP answers, the reloads and (with RLS) the RLS counters,
-//! encoded as OpenMetrics text, which Prometheus negotiates and parses.
+//! `GET /metrics`: one `prometheus-client` registry, into which each part
+//! of the server registers its own families once, as it is built
+//! (`build`), encoded as OpenMetrics text, which Prometheus negotiates and
+//! parses. This module owns the registry and the HTTP service's own
+//! families: the answers, the reloads, the refusal log.
 
 use std::sync::OnceLock;
 
@@ -15,7 +17,38 @@ use prometheus_client::registry::Registry;
 
 use super::App;
 use super::api::{self, Body};
-use crate::metrics::Metrics;
+use crate::metrics::catalogue::{Described, Kind};
+use crate::metrics::store::MemoryFigures;
+use crate::store::AnyStore;
+
+/// The HTTP service's families, in the order [`ServerMetrics::new`]
+/// registers them.
+pub(crate) const FAMILIES: &[Described; 4] = &[
+    Described {
+        name: "slidegate_http_responses",
+        kind: Kind::Counter,
+        labels: &["status"],
+        help: "HTTP answers by status.",
+    },
+    Described {
+        name: "slidegate_config_reloads",
+        kind: Kind::Counter,
+        labels: &["result"],
+        help: "Configuration reloads (SIGHUP or the file changed) by result.",
+    },
+    Described {
+        name: "slidegate_config_restart_pending",
+        kind: Kind::Gauge,
+        labels: &[],
+        help: "1 while the last reloaded file differs from the running process in a key that only a restart applies (the log names each).",
+    },
+    Described {
+        name: "slidegate_refusals_not_logged",
+        kind: Kind::Counter,
+        labels: &[],
+        help: "Refused decisions not logged because log.refusals_per_s were already logged that second.",
+    },
+];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StatusLabels {
@@ -50,38 +83,27 @@ pub(crate) struct ServerMetrics {
     reloads: [Counter; 2],
     restart_pending: Gauge,
     refusals_not_logged: Counter,
+    /// The embedded store's figures: registered by the build when the
+    /// store is the embedded one, read before each scrape.
+    pub(super) memory: MemoryFigures,
 }
 
 impl ServerMetrics {
-    pub fn new(limiter: &Metrics) -> ServerMetrics {
+    /// A registry holding the HTTP service's families; the build adds
+    /// every other part's ([`registry_mut`](Self::registry_mut)).
+    pub fn new() -> ServerMetrics {
         let mut registry = Registry::default();
-        limiter.register(&mut registry);
+        let [answered, reloaded, pending, not_logged] = FAMILIES;
         let answers = Family::<StatusLabels, Counter>::default();
-        registry.register(
-            "slidegate_http_responses",
-            "HTTP answers by status",
-            answers.clone(),
-        );
+        answered.register(&mut registry, answers.clone());
         let reloads_family = Family::<ReloadLabels, Counter>::default();
         let reloads = [ReloadResult::ok, ReloadResult::failed]
             .map(|result| reloads_family.get_or_create_owned(&ReloadLabels { result }));
-        registry.register(
-            "slidegate_config_reloads",
-            "Configuration reloads (SIGHUP or the file changed) by result",
-            reloads_family,
-        );
+        reloaded.register(&mut registry, reloads_family);
         let restart_pending = Gauge::default();
-        registry.register(
-            "slidegate_config_restart_pending",
-            "1 while the last reloaded file differs from the running process in a key that only a restart applies (the log names each)",
-            restart_pending.clone(),
-        );
+        pending.register(&mut registry, restart_pending.clone());
         let refusals_not_logged = Counter::default();
-        registry.register(
-            "slidegate_refusals_not_logged",
-            "Refused decisions not logged because log.refusals_per_s were already logged that second",
-            refusals_not_logged.clone(),
-        );
+        not_logged.register(&mut registry, refusals_not_logged.clone());
         ServerMetrics {
             registry,
             answers,
@@ -89,12 +111,12 @@ impl ServerMetrics {
             reloads,
             restart_pending,
             refusals_not_logged,
+            memory: MemoryFigures::default(),
         }
     }
 
-    /// Room for collectors read at each scrape: the store's topology, and
-    /// the RLS counters, which only `App::with_rls` adds.
-    #[cfg(any(feature = "grpc", feature = "memcached"))]
+    /// The registry every part of the server registers its families into,
+    /// once, as the server is built.
     pub fn registry_mut(&mut self) -> &mut Registry {
         &mut self.registry
     }
@@ -130,30 +152,21 @@ impl ServerMetrics {
     }
 }
 
-/// The whole registry in the OpenMetrics text format, with the guards'
-/// figures (which belong to the `App` that owns the registry) encoded by
-/// the same crate and placed before the closing `# EOF`.
+/// The whole registry in the OpenMetrics text format. The figures a
+/// collector cannot read by itself (the near-cache's and the embedded
+/// store's, which the limiter owns) are brought up to date first.
 pub(crate) fn respond(app: &App) -> Response<Body> {
-    app.limiter.refresh_gauges();
-    let mut text = String::with_capacity(8 * 1024);
-    let mut guards = Registry::default();
-    guards.register_collector(Box::new(GuardFigures(super::guard::snapshot(app))));
-    let mut guards_text = String::with_capacity(1024);
-    let encoded = prometheus_client::encoding::text::encode(&mut text, &app.metrics.registry)
-        .and_then(|()| prometheus_client::encoding::text::encode(&mut guards_text, &guards));
-    if let Err(error) = encoded {
+    let text = match exposition(app) {
+        Ok(text) => text,
         // Only a writer can fail, and a String does not: still, never a 500
         // with a stack trace.
-        return api::error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("metrics: could not be encoded: {error}"),
-        );
-    }
-    const EOF: &str = "# EOF\n";
-    if let Some(body) = text.strip_suffix(EOF) {
-        text.truncate(body.len());
-    }
-    text.push_str(&guards_text);
+        Err(error) => {
+            return api::error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("metrics: could not be encoded: {error}"),
+            );
+        }
+    };
     let mut response = Response::new(Body::new(Bytes::from(text)));
     response.headers_mut().insert(
         CONTENT_TYPE,
@@ -162,168 +175,17 @@ pub(crate) fn respond(app: &App) -> Response<Body> {
     response
 }
 
-#[derive(Debug)]
-struct GuardFigures(Vec<super::guard::Figure>);
-
-impl prometheus_client::collector::Collector for GuardFigures {
-    fn encode(
-        &self,
-        mut encoder: prometheus_client::encoding::DescriptorEncoder,
-    ) -> Result<(), std::fmt::Error> {
-        use prometheus_client::encoding::EncodeMetric;
-        use prometheus_client::metrics::MetricType;
-        use prometheus_client::metrics::counter::ConstCounter;
-        use prometheus_client::metrics::gauge::ConstGauge;
-
-        for figure in &self.0 {
-            let kind = if figure.counter {
-                MetricType::Counter
-            } else {
-                MetricType::Gauge
-            };
-            let metric = encoder.encode_descriptor(figure.name, figure.help, None, kind)?;
-            if figure.counter {
-                ConstCounter::new(figure.value.max(0) as u64).encode(metric)?;
-            } else {
-                ConstGauge::new(figure.value).encode(metric)?;
-            }
-        }
-        Ok(())
+/// What /metrics serves now.
+pub(crate) fn exposition(app: &App) -> Result<String, std::fmt::Error> {
+    app.limiter.refresh_gauges();
+    // A build without Memcached has one store: the pattern always matches.
+    #[allow(irrefutable_let_patterns)]
+    if let AnyStore::Memory(store) = app.limiter.store() {
+        app.metrics.memory.refresh(store);
     }
-}
-
-/// The Memcached topology, read at each scrape: nodes known, the cluster
-/// config version, discovery polls, TLS handshake failures, and each node's
-/// live connections. The node label comes from the configuration or the
-/// cluster config, never from requests.
-#[cfg(feature = "memcached")]
-#[derive(Debug)]
-pub(crate) struct TopologyCollector(pub crate::store::TopologySource);
-
-#[cfg(feature = "memcached")]
-impl prometheus_client::collector::Collector for TopologyCollector {
-    fn encode(
-        &self,
-        mut encoder: prometheus_client::encoding::DescriptorEncoder,
-    ) -> Result<(), std::fmt::Error> {
-        use prometheus_client::encoding::EncodeMetric;
-        use prometheus_client::metrics::MetricType;
-        use prometheus_client::metrics::counter::ConstCounter;
-        use prometheus_client::metrics::gauge::ConstGauge;
-
-        let snapshot = self.0.snapshot();
-        let gauge = |value: usize| ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX));
-        gauge(snapshot.nodes.len()).encode(encoder.encode_descriptor(
-            "slidegate_memcached_nodes",
-            "Memcached nodes in use (from the configuration or from discovery).",
-            None,
-            MetricType::Gauge,
-        )?)?;
-        if let Some(version) = snapshot.version {
-            ConstGauge::new(i64::try_from(version).unwrap_or(i64::MAX)).encode(
-                encoder.encode_descriptor(
-                    "slidegate_memcached_config_version",
-                    "Version of the cluster config in use (Auto Discovery).",
-                    None,
-                    MetricType::Gauge,
-                )?,
-            )?;
-        }
-        let mut polls = encoder.encode_descriptor(
-            "slidegate_memcached_discovery_polls",
-            "Auto Discovery polls by result: applied, ignored (not newer, or no node), malformed, failed.",
-            None,
-            MetricType::Counter,
-        )?;
-        for (result, count) in &snapshot.polls {
-            ConstCounter::new(*count).encode(polls.encode_family(&[("result", *result)])?)?;
-        }
-        ConstCounter::new(snapshot.tls_failures).encode(encoder.encode_descriptor(
-            "slidegate_memcached_tls_handshake_failures",
-            "TLS handshakes with Memcached that failed (certificate, name, protocol).",
-            None,
-            MetricType::Counter,
-        )?)?;
-        let mut connections = encoder.encode_descriptor(
-            "slidegate_memcached_connections",
-            "Live connections per Memcached node.",
-            None,
-            MetricType::Gauge,
-        )?;
-        for node in &snapshot.nodes {
-            gauge(node.live())
-                .encode(connections.encode_family(&[("node", node.name.as_str())])?)?;
-        }
-        let mut states = encoder.encode_descriptor(
-            "slidegate_store_connections",
-            "Connections per Memcached node by state: ready, overdue (a reply later than the call \
-             timeout: it takes no new requests), down (being dialled), draining (given up as \
-             stalled, still reading its late replies to take back what they added).",
-            None,
-            MetricType::Gauge,
-        )?;
-        for node in &snapshot.nodes {
-            let counts = node.states;
-            for (state, count) in [
-                ("ready", counts.ready),
-                ("overdue", counts.overdue),
-                ("down", counts.down),
-                ("draining", counts.draining),
-            ] {
-                gauge(count).encode(
-                    states.encode_family(&[("node", node.name.as_str()), ("state", state)])?,
-                )?;
-            }
-        }
-        let mut redials = encoder.encode_descriptor(
-            "slidegate_store_redials",
-            "Connections to a Memcached node dialled again, by reason: failed (the connection or a \
-             dial failed), stalled (a reply later than the stall bound), overdue (an extra \
-             connection while all were overdue), moved (the node's address changed).",
-            None,
-            MetricType::Counter,
-        )?;
-        for node in &snapshot.nodes {
-            for (reason, count) in &node.redials {
-                ConstCounter::new(*count).encode(
-                    redials.encode_family(&[("node", node.name.as_str()), ("reason", *reason)])?,
-                )?;
-            }
-        }
-        let mut owed = encoder.encode_descriptor(
-            "slidegate_store_draining_requests",
-            "Requests written on draining connections whose replies have not come yet.",
-            None,
-            MetricType::Gauge,
-        )?;
-        for node in &snapshot.nodes {
-            gauge(node.states.draining_owed)
-                .encode(owed.encode_family(&[("node", node.name.as_str())])?)?;
-        }
-        let mut late = encoder.encode_descriptor(
-            "slidegate_store_late_take_backs",
-            "Counted requests taken back from a reply that came after their connection was given \
-             up as stalled: nobody was told they counted.",
-            None,
-            MetricType::Counter,
-        )?;
-        for node in &snapshot.nodes {
-            ConstCounter::new(node.late_take_backs)
-                .encode(late.encode_family(&[("node", node.name.as_str())])?)?;
-        }
-        let mut lost = encoder.encode_descriptor(
-            "slidegate_store_lost_replies",
-            "Counted requests whose reply never came (their connection failed, or its drain ran \
-             out): what they added, if applied, stays counted until its bucket expires.",
-            None,
-            MetricType::Counter,
-        )?;
-        for node in &snapshot.nodes {
-            ConstCounter::new(node.lost_replies)
-                .encode(lost.encode_family(&[("node", node.name.as_str())])?)?;
-        }
-        Ok(())
-    }
+    let mut text = String::with_capacity(8 * 1024);
+    prometheus_client::encoding::text::encode(&mut text, &app.metrics.registry)?;
+    Ok(text)
 }
 
 #[cfg(test)]
@@ -342,7 +204,7 @@ mod tests {
 
     #[test]
     fn a_status_is_listed_once_answered_and_counted_whichever_way() {
-        let metrics = ServerMetrics::new(&Metrics::default());
+        let metrics = ServerMetrics::new();
         assert_eq!(answers_listed(&metrics), Vec::<String>::new());
         for status in [200, 429, 200, 404, 429, 200, 503] {
             metrics.answered(StatusCode::from_u16(status).unwrap());

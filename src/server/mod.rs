@@ -1,10 +1,14 @@
 //! The HTTP service: a thin layer of hyper over the same [`Limiter`] the
-//! library offers. [`serve`] takes a bound listener and a shutdown future,
+//! library offers. [`build`] makes the [`App`] and its faces from the
+//! configuration; [`serve`] takes a bound listener and a shutdown future,
 //! so tests run the real server on port 0.
 
 pub(crate) mod answer;
 pub(crate) mod api;
 mod body;
+pub mod build;
+#[cfg(feature = "grpc")]
+mod envoy;
 mod flat_call;
 mod forward_auth;
 #[cfg(feature = "grpc")]
@@ -35,15 +39,10 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
-use crate::clock::{Clock, SystemClock, WatchedClock};
-#[cfg(feature = "memcached")]
-use crate::config::ClockSource;
-use crate::config::{AuthConfig, Config, Exemptions, ServerGuard};
+use crate::config::{AuthConfig, Config};
 use crate::limiter::Limiter;
 use crate::policy::Policy;
-use crate::store::{AnyStore, MemoryStore, StoreError};
-#[cfg(feature = "memcached")]
-use crate::store::{MemcachedClock, MemcachedStore};
+use crate::store::AnyStore;
 
 /// The largest request body accepted; larger gets 413.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -52,85 +51,51 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What the service serves: the limiter, the named policies, forward-auth
-/// settings.
+/// settings, and what every face shares. Built by [`build::build`] from a
+/// configuration, or by [`App::new`] around a limiter.
 pub struct App {
     limiter: Limiter<AnyStore>,
     /// What a reload replaces. A request takes the `Arc` once, so it is
     /// decided under one consistent set of policies even while a reload
     /// swaps them; nothing waits but the swap itself.
     live: ArcSwap<Live>,
+    /// The registry of /metrics and the HTTP service's own families.
     metrics: metrics::ServerMetrics,
     /// What operators ask of this instance: recent decisions, most
     /// limited keys.
     ops: ops::Ops,
     /// Connection cap, API tokens, and the counters they keep.
     guard: guard::Guard,
-    /// Envoy RLS rules, when configured: served by [`rls::serve`], counted
-    /// in /metrics.
-    #[cfg(feature = "grpc")]
-    rls: Option<Arc<rls::Rls>>,
-    /// The most descriptors one `ShouldRateLimit` request may carry.
-    #[cfg(feature = "grpc")]
-    rls_max_descriptors: usize,
-    /// Envoy RLQS settings and streams' demand: served by [`rlqs::serve`],
-    /// counted in /metrics, reloaded live. Unmatched buckets only, until
-    /// [`App::with_rlqs`].
-    #[cfg(feature = "grpc")]
-    rlqs: Arc<rlqs::Rlqs>,
+    /// The Envoy faces' state (RLS rules, RLQS settings and streams);
+    /// nothing in a build without `grpc`.
+    envoy: build::Envoy,
     /// Whether a shutdown has begun, and how long its drain may take.
     leaving: shutdown::Leaving,
 }
 
 impl App {
+    /// An app deciding with `limiter` under these policies, every other
+    /// setting at its default; the `with_*` methods change them before it
+    /// serves.
     pub fn new(
         limiter: Limiter<AnyStore>,
         policies: impl IntoIterator<Item = Policy>,
         auth: AuthConfig,
     ) -> App {
-        #[allow(unused_mut)]
-        let mut metrics = metrics::ServerMetrics::new(limiter.metrics_handles());
-        #[cfg(feature = "memcached")]
-        if let AnyStore::Memcached(store) = limiter.store() {
-            metrics
-                .registry_mut()
-                .register_collector(Box::new(metrics::TopologyCollector(
-                    store.topology_source(),
-                )));
-        }
-        #[cfg(feature = "grpc")]
-        let rlqs = {
-            let rlqs = Arc::new(rlqs::Rlqs::new(&crate::config::RlqsConfig::default()));
-            metrics
-                .registry_mut()
-                .register_collector(Box::new(rlqs::RlqsCollector(rlqs.clone())));
-            rlqs
-        };
-        let max_counters = limiter.max_counters();
-        let live = Self::live_of(
-            &limiter,
-            policies,
-            max_counters,
-            auth,
-            Exemptions::default(),
-            guard::TokenSettings::default(),
-        );
-        App {
+        build::assemble(
             limiter,
-            live: ArcSwap::from_pointee(live),
-            metrics,
-            ops: ops::Ops::default(),
-            guard: guard::Guard::new(
-                ServerGuard::default(),
-                Arc::new(WatchedClock::new(SystemClock)),
-            ),
-            #[cfg(feature = "grpc")]
-            rls: None,
-            #[cfg(feature = "grpc")]
-            rls_max_descriptors: crate::config::DEFAULT_RLS_MAX_DESCRIPTORS,
-            #[cfg(feature = "grpc")]
-            rlqs,
-            leaving: shutdown::Leaving::default(),
-        }
+            build::Parts {
+                policies: policies.into_iter().collect(),
+                auth,
+                ..build::Parts::default()
+            },
+        )
+    }
+
+    /// Build the store, the limiter and the app a configuration describes
+    /// ([`build::build`]).
+    pub async fn from_config(config: &Config) -> Result<App, build::BuildError> {
+        build::build(config).await
     }
 
     /// Connections closed at once because the cap was reached.
@@ -145,96 +110,16 @@ impl App {
 
     /// Serve these Envoy RLS rules (see [`rls::serve`]).
     #[cfg(feature = "grpc")]
-    pub fn with_rls(mut self, rls: rls::Rls) -> App {
-        let rls = Arc::new(rls);
-        self.metrics
-            .registry_mut()
-            .register_collector(Box::new(rls::RlsCollector(rls.clone())));
-        self.rls = Some(rls);
+    pub fn with_rls(self, rls: rls::Rls) -> App {
+        self.envoy.set_rls(rls);
         self
     }
 
     /// Serve Envoy RLQS with these `[rlqs]` settings (see [`rlqs::serve`]).
     #[cfg(feature = "grpc")]
     pub fn with_rlqs(self, config: &crate::config::RlqsConfig) -> App {
-        self.apply_rlqs(config);
+        self.envoy.rlqs.apply(config);
         self
-    }
-
-    /// Put reloaded `[rlqs]` settings in force (all but the listener).
-    #[cfg(feature = "grpc")]
-    pub(crate) fn apply_rlqs(&self, config: &crate::config::RlqsConfig) {
-        self.rlqs.apply(config);
-    }
-
-    /// Build the store and the limiter a configuration describes. With no
-    /// Memcached server configured, counters live in this process.
-    pub async fn from_config(config: &Config) -> Result<App, StoreError> {
-        #[cfg(feature = "memcached")]
-        let store = match config.memcached_options() {
-            Some(options) => AnyStore::Memcached(MemcachedStore::connect(&options).await?),
-            None => AnyStore::Memory(MemoryStore::with_capacity(config.memory_capacity)),
-        };
-        // Config::resolve refuses servers in a build without the feature.
-        #[cfg(not(feature = "memcached"))]
-        let store = AnyStore::Memory(MemoryStore::with_capacity(config.memory_capacity));
-        let local_clock = Arc::new(WatchedClock::new(SystemClock));
-        // Without the `memcached` feature there is no shared clock (Config
-        // refuses one without servers), so the local clock stays.
-        #[cfg_attr(not(feature = "memcached"), allow(unused_mut))]
-        let mut clock: Arc<dyn Clock> = local_clock.clone();
-        #[cfg(feature = "memcached")]
-        let mut shared_clock = None;
-        #[cfg(feature = "memcached")]
-        if let (ClockSource::Memcached, Some(options)) =
-            (config.clock_source, config.memcached_options())
-        {
-            let shared = MemcachedClock::start(&options, local_clock.clone()).await?;
-            // Deciding on local time until the first estimate would put this
-            // instance's first checks in other buckets than its peers'.
-            if shared.synced(Duration::from_secs(4)).await {
-                tracing::info!(
-                    offset_ms = shared.offset_ms(),
-                    "deciding on the first Memcached node's clock"
-                );
-            } else {
-                tracing::warn!(
-                    "cannot read the first Memcached node's clock yet: deciding on local time until it answers"
-                );
-            }
-            clock = shared.clone();
-            shared_clock = Some(shared);
-        }
-        let limiter = Limiter::builder(store)
-            .clock(clock)
-            .timeout(config.timeout)
-            .near_cache_capacity(config.near_cache_capacity)
-            .near_cache_max_bytes(config.near_cache_max_bytes)
-            .near_cache_revalidate(config.near_cache_revalidate)
-            .max_counters(config.max_counters)
-            .local_capacity(config.memory_capacity)
-            .failure_mode(config.failure_mode)
-            .coalesce(config.coalesce)
-            .build();
-        let mut app = App::new(
-            limiter,
-            config.policies.values().cloned(),
-            config.auth.clone(),
-        )
-        .with_exemptions(config.exemptions.clone());
-        app.guard.local_clock = local_clock;
-        app.leaving = shutdown::Leaving::with_drain_timeout(config.shutdown.drain_timeout);
-        app = app.with_guard(config.server.clone());
-        #[cfg(feature = "grpc")]
-        {
-            app.rls_max_descriptors = config.rls_max_descriptors;
-            app = app.with_rlqs(&config.rlqs);
-        }
-        #[cfg(feature = "memcached")]
-        {
-            app.guard.shared_clock = shared_clock;
-        }
-        Ok(app)
     }
 
     pub fn limiter(&self) -> &Limiter<AnyStore> {

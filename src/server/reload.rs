@@ -162,30 +162,18 @@ fn file_of(reloader: &Reloader) -> String {
         .map_or_else(|| "(no file)".to_owned(), |path| path.display().to_string())
 }
 
-/// A reloaded configuration the server can put in force, with the RLS
-/// rules it brings, compiled.
+/// A reloaded configuration the server can put in force, with what it
+/// brings the Envoy faces (their RLS rules, compiled).
 struct Admitted {
     reloaded: Reloaded,
-    /// `None`: the rules in force stay.
-    #[cfg(feature = "grpc")]
-    rules: Option<super::rls::RuleSet>,
+    envoy: super::build::EnvoyReload,
 }
 
 /// Whether the server can put `reloaded` in force: its RLS rules, new or
 /// running, compile and fit its `limits.max_counters`.
 fn admit(app: &App, reloaded: Reloaded) -> Result<Admitted, String> {
-    #[cfg(feature = "grpc")]
-    {
-        let rules = app
-            .rules_reloaded(&reloaded)
-            .map_err(|error| format!("rls.config: {error}"))?;
-        Ok(Admitted { reloaded, rules })
-    }
-    #[cfg(not(feature = "grpc"))]
-    {
-        let _ = app;
-        Ok(Admitted { reloaded })
-    }
+    let envoy = app.envoy.admit(&reloaded)?;
+    Ok(Admitted { reloaded, envoy })
 }
 
 /// [`reload_once`] from `files`, read before.
@@ -196,16 +184,9 @@ fn reload_from(app: &App, reloader: &mut Reloader, files: Files, why: &str) {
         .map_err(|error| error.to_string())
         .and_then(|reloaded| admit(app, reloaded));
     match admitted {
-        Ok(Admitted {
-            reloaded,
-            #[cfg(feature = "grpc")]
-            rules,
-        }) => {
+        Ok(Admitted { reloaded, envoy }) => {
             app.apply_live(&reloaded.config);
-            #[cfg(feature = "grpc")]
-            if let Some(rules) = rules {
-                app.apply_rules(rules);
-            }
+            app.envoy.put_in_force(envoy);
             reloader.applied(&reloaded);
             let restart = !reloaded.needs_restart.is_empty();
             if restart {
@@ -367,7 +348,7 @@ mod tests {
         let app = Arc::new(App::from_config(&config).await.unwrap().with_rls(rls));
         let reloader = Reloader::new(overrides, config);
         tokio::spawn(watch(app.clone(), reloader, None, std::future::pending()));
-        let rule_count = || app.rls.as_ref().unwrap().rules().rules().len();
+        let rule_count = || app.envoy.rls().unwrap().rules().rules().len();
 
         let whole = text(&["a", "b", "c"]);
         let (part, _) = whole.split_at(whole.find("  - key: c").unwrap());

@@ -5,11 +5,39 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
-use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 
 use super::places::Places;
+use crate::metrics::catalogue::{Described, Kind};
+
+/// The RLQS families, in the order [`RlqsMetrics::encode`] serves them.
+pub(crate) const FAMILIES: &[Described; 4] = &[
+    Described {
+        name: "slidegate_rlqs_streams",
+        kind: Kind::Gauge,
+        labels: &[],
+        help: "RLQS streams open now.",
+    },
+    Described {
+        name: "slidegate_rlqs_reports",
+        kind: Kind::Counter,
+        labels: &[],
+        help: "RLQS usage reports received (one message, any number of buckets).",
+    },
+    Described {
+        name: "slidegate_rlqs_assignments",
+        kind: Kind::Counter,
+        labels: &["strategy"],
+        help: "RLQS bucket assignments sent, by strategy.",
+    },
+    Described {
+        name: "slidegate_rlqs_abandons",
+        kind: Kind::Counter,
+        labels: &[],
+        help: "RLQS buckets abandoned: a stream left them unreported for rlqs.abandon_after.",
+    },
+];
 
 /// The assignment strategies sent, as `strategy` labels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,38 +96,16 @@ impl RlqsMetrics {
 
     pub fn encode(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
-        let family = encoder.encode_descriptor(
-            "slidegate_rlqs_streams",
-            "RLQS streams open now.",
-            None,
-            MetricType::Gauge,
-        )?;
-        ConstGauge::new(self.streams.held() as i64).encode(family)?;
-        let family = encoder.encode_descriptor(
-            "slidegate_rlqs_reports",
-            "RLQS usage reports received (one message, any number of buckets).",
-            None,
-            MetricType::Counter,
-        )?;
-        ConstCounter::new(load(&self.reports)).encode(family)?;
-        let mut family = encoder.encode_descriptor(
-            "slidegate_rlqs_assignments",
-            "RLQS bucket assignments sent, by strategy.",
-            None,
-            MetricType::Counter,
-        )?;
+        let [streams, reports, assignments, abandons] = FAMILIES;
+        ConstGauge::new(self.streams.held() as i64).encode(streams.describe(encoder)?)?;
+        ConstCounter::new(load(&self.reports)).encode(reports.describe(encoder)?)?;
+        let mut family = assignments.describe(encoder)?;
         for strategy in Strategy::ALL {
             let labels = [("strategy", strategy.label())];
             let value = load(&self.assignments[strategy as usize]);
             ConstCounter::new(value).encode(family.encode_family(&labels)?)?;
         }
-        let family = encoder.encode_descriptor(
-            "slidegate_rlqs_abandons",
-            "RLQS buckets abandoned: a stream left them unreported for rlqs.abandon_after.",
-            None,
-            MetricType::Counter,
-        )?;
-        ConstCounter::new(load(&self.abandons)).encode(family)?;
+        ConstCounter::new(load(&self.abandons)).encode(abandons.describe(encoder)?)?;
         Ok(())
     }
 }

@@ -47,6 +47,7 @@ use super::App;
 use crate::config::RlqsConfig;
 use budget::{BucketBudget, MAX_BUCKETS};
 use demand::Demands;
+pub(crate) use metrics::FAMILIES;
 use metrics::RlqsMetrics;
 use route::RlqsRoute;
 use rules::Settings;
@@ -129,7 +130,7 @@ pub async fn serve(
 ) -> Result<(), tonic::transport::Error> {
     let service = RlqsService {
         app: app.clone(),
-        rlqs: app.rlqs.clone(),
+        rlqs: app.envoy.rlqs.clone(),
     };
     let routes = tonic::service::Routes::new(RlqsRoute(service));
     // Its streams end with UNAVAILABLE when the drain begins: Envoy would

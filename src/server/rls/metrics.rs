@@ -5,8 +5,31 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
-use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::ConstCounter;
+
+use crate::metrics::catalogue::{Described, Kind};
+
+/// The RLS families, in the order [`encode`] serves them.
+pub(crate) const FAMILIES: &[Described; 3] = &[
+    Described {
+        name: "slidegate_rls_requests",
+        kind: Kind::Counter,
+        labels: &["outcome"],
+        help: "ShouldRateLimit calls, by outcome.",
+    },
+    Described {
+        name: "slidegate_rls_descriptors_unmatched",
+        kind: Kind::Counter,
+        labels: &["reason"],
+        help: "Descriptors answered OK with no limit: unknown domain, or no rule.",
+    },
+    Described {
+        name: "slidegate_rls_hits",
+        kind: Kind::Counter,
+        labels: &["domain", "rule", "result"],
+        help: "Hits (hits_addend) per domain and rule, by result.",
+    },
+];
 
 /// What happened to the hits of one rule, as envoyproxy/ratelimit counts
 /// them (`total_hits`, `within_limit`, `over_limit`, ...), in hits
@@ -98,12 +121,8 @@ pub fn encode<'r>(
     rules: impl Iterator<Item = (&'r str, &'r str, &'r RuleMetrics)>,
 ) -> Result<(), std::fmt::Error> {
     let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
-    let mut family = encoder.encode_descriptor(
-        "slidegate_rls_requests",
-        "ShouldRateLimit calls, by outcome.",
-        None,
-        MetricType::Counter,
-    )?;
+    let [requests, unmatched, hits] = FAMILIES;
+    let mut family = requests.describe(encoder)?;
     for (outcome, counter) in [
         ("answered", &service.requests),
         ("invalid_argument", &service.invalid),
@@ -112,12 +131,7 @@ pub fn encode<'r>(
         let labels = [("outcome", outcome)];
         ConstCounter::new(load(counter)).encode(family.encode_family(&labels)?)?;
     }
-    let mut family = encoder.encode_descriptor(
-        "slidegate_rls_descriptors_unmatched",
-        "Descriptors answered OK with no limit: unknown domain, or no rule.",
-        None,
-        MetricType::Counter,
-    )?;
+    let mut family = unmatched.describe(encoder)?;
     for (reason, counter) in [
         ("unknown_domain", &service.unknown_domain),
         ("no_rule", &service.no_rule),
@@ -125,12 +139,7 @@ pub fn encode<'r>(
         let labels = [("reason", reason)];
         ConstCounter::new(load(counter)).encode(family.encode_family(&labels)?)?;
     }
-    let mut family = encoder.encode_descriptor(
-        "slidegate_rls_hits",
-        "Hits (hits_addend) per domain and rule, by result.",
-        None,
-        MetricType::Counter,
-    )?;
+    let mut family = hits.describe(encoder)?;
     for (domain, rule, metrics) in rules {
         for (result, value) in metrics.samples() {
             let labels = [("domain", domain), ("rule", rule), ("result", result)];

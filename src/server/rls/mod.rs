@@ -22,9 +22,11 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 
-use arc_swap::ArcSwap;
+use arc_swap::{ArcSwap, ArcSwapOption};
 use tokio::net::TcpListener;
 
+pub(crate) use metrics::FAMILIES;
+pub(crate) use reload::{apply_rules, rules_reloaded};
 pub use rules::{RuleSet, Unit};
 
 use super::App;
@@ -108,16 +110,19 @@ impl Rls {
 }
 
 /// The RLS families in the server's registry: read at each scrape from the
-/// rules' own counters, whose labels the configuration bounds.
+/// rules' own counters, whose labels the configuration bounds; none while
+/// no rules are given.
 #[derive(Debug)]
-pub(crate) struct RlsCollector(pub Arc<Rls>);
+pub(crate) struct RlsCollector(pub Arc<ArcSwapOption<Rls>>);
 
 impl prometheus_client::collector::Collector for RlsCollector {
     fn encode(
         &self,
         mut encoder: prometheus_client::encoding::DescriptorEncoder,
     ) -> Result<(), std::fmt::Error> {
-        let rls = &self.0;
+        let Some(rls) = self.0.load_full() else {
+            return Ok(());
+        };
         let in_force = rls.rules();
         let rules = in_force.rules().iter().map(|rule| {
             let label = rule.name.as_deref().unwrap_or(rule.path.as_str());
@@ -139,7 +144,7 @@ pub async fn serve(
     app: Arc<App>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), tonic::transport::Error> {
-    let Some(rls) = app.rls.clone() else {
+    let Some(rls) = app.envoy.rls() else {
         tracing::warn!("RLS listener without RLS rules: every descriptor is answered OK");
         return serve_with(
             listener,

@@ -133,7 +133,7 @@ impl RlsService {
         }
         // Each descriptor is a key's batch and, when refused, its rollback:
         // bounded, as an HTTP body is.
-        let max = self.app.rls_max_descriptors;
+        let max = self.app.envoy.rls_max_descriptors;
         if request.descriptors.len() > max {
             return Err(Status::invalid_argument(format!(
                 "descriptors: at most {max} descriptors, got {} (rls.max_descriptors)",

@@ -1,0 +1,422 @@
+//! The server built from its configuration, in one place: configuration
+//! in; state ([`App`]) and faces ([`Faces`]) out. The feature switches of
+//! the server live here and nowhere else: which store, which clock, and
+//! whether the Envoy faces exist.
+//!
+//! | part | built from | registers into /metrics |
+//! |---|---|---|
+//! | store | `[memcached]`, or the embedded store | its connections, or its evictions |
+//! | clock | `[clock]` | backward jumps, the shared clock's offset |
+//! | limiter | `[near_cache]`, `[failure]`, `[limits]` | decisions, store calls, near-cache |
+//! | HTTP service | policies, `[auth]`, exemptions | answers, reloads, refusal log |
+//! | guard | `[server]` | connections, refused tokens |
+//! | Envoy faces | `[rls]`, `[rlqs]` | RLS hits, RLQS streams |
+//!
+//! Each part registers its own families, once, as it is built; the
+//! metrics reference is written from the same tables
+//! ([`metrics_reference`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use arc_swap::ArcSwap;
+use tokio::net::TcpListener;
+
+use super::guard::{self, Guard, TokenSettings};
+use super::shutdown::{Face, Leaving};
+use super::{App, metrics, ops};
+use crate::clock::{Clock, SystemClock, WatchedClock};
+use crate::config::{AuthConfig, Config, DEFAULT_DRAIN_TIMEOUT, Exemptions, ServerGuard};
+use crate::limiter::Limiter;
+use crate::metrics::catalogue::{self, Component};
+use crate::metrics::clock::{ClockCollector, LOCAL_CLOCK_FAMILIES};
+use crate::metrics::store::MEMORY_FAMILIES;
+use crate::policy::Policy;
+use crate::store::{AnyStore, MemoryStore, StoreError};
+
+#[cfg(feature = "grpc")]
+pub(crate) use super::envoy::{Envoy, Reload as EnvoyReload};
+#[cfg(not(feature = "grpc"))]
+pub(crate) use without_grpc::{Envoy, Reload as EnvoyReload};
+
+/// Why a configuration could not be built into a server.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error("cannot set up the Memcached store: {0}")]
+    Store(#[from] StoreError),
+    /// The RLS rules (`rls.config`): the file and what is wrong.
+    #[error("{0}")]
+    Rules(String),
+}
+
+/// Build the store, the clock, the limiter and the app a configuration
+/// describes. With no Memcached server configured, counters live in this
+/// process.
+pub async fn build(config: &Config) -> Result<App, BuildError> {
+    let envoy = Envoy::of(config).map_err(BuildError::Rules)?;
+    let store = store(config).await?;
+    let (clock, clocks) = clock(config).await?;
+    let limiter = Limiter::builder(store)
+        .clock(clock)
+        .timeout(config.timeout)
+        .near_cache_capacity(config.near_cache_capacity)
+        .near_cache_max_bytes(config.near_cache_max_bytes)
+        .near_cache_revalidate(config.near_cache_revalidate)
+        .max_counters(config.max_counters)
+        .local_capacity(config.memory_capacity)
+        .failure_mode(config.failure_mode)
+        .coalesce(config.coalesce)
+        .build();
+    let app = assemble(
+        limiter,
+        Parts {
+            policies: config.policies.values().cloned().collect(),
+            auth: config.auth.clone(),
+            exemptions: config.exemptions.clone(),
+            guard: config.server.clone(),
+            drain_timeout: config.shutdown.drain_timeout,
+            envoy,
+            clocks,
+        },
+    );
+    app.log_refusals(config.log.refusals_per_s);
+    Ok(app)
+}
+
+/// What an app is made of beside its limiter; the defaults are those of an
+/// empty configuration.
+pub(crate) struct Parts {
+    pub policies: Vec<Policy>,
+    pub auth: AuthConfig,
+    pub exemptions: Exemptions,
+    pub guard: ServerGuard,
+    pub drain_timeout: Duration,
+    pub envoy: Envoy,
+    /// The clocks the limiter decides on, for /metrics.
+    pub clocks: ClockCollector,
+}
+
+impl Default for Parts {
+    fn default() -> Parts {
+        Parts {
+            policies: Vec::new(),
+            auth: AuthConfig::default(),
+            exemptions: Exemptions::default(),
+            guard: ServerGuard::default(),
+            drain_timeout: DEFAULT_DRAIN_TIMEOUT,
+            envoy: Envoy::default(),
+            // A limiter given from outside keeps its own clock: this one
+            // is watched only so that the family is served alike.
+            clocks: ClockCollector::new(Arc::new(WatchedClock::new(SystemClock))),
+        }
+    }
+}
+
+/// The app of `limiter` and `parts`, each part's families registered once
+/// into the registry /metrics serves.
+pub(crate) fn assemble(limiter: Limiter<AnyStore>, parts: Parts) -> App {
+    let mut metrics = metrics::ServerMetrics::new();
+    let memory = metrics.memory.clone();
+    let registry = metrics.registry_mut();
+    limiter.metrics_handles().register(registry);
+    register_store(limiter.store(), &memory, registry);
+    parts.clocks.register(registry);
+    let guard = Guard::new(&parts.guard);
+    guard.register(registry);
+    parts.envoy.register(registry);
+    let live = App::live_of(
+        &limiter,
+        parts.policies,
+        limiter.max_counters(),
+        parts.auth,
+        parts.exemptions,
+        TokenSettings::of(&parts.guard),
+    );
+    App {
+        limiter,
+        live: ArcSwap::from_pointee(live),
+        metrics,
+        ops: ops::Ops::default(),
+        guard,
+        envoy: parts.envoy,
+        leaving: Leaving::with_drain_timeout(parts.drain_timeout),
+    }
+}
+
+/// The store a configuration names. `Config::resolve` refuses servers in a
+/// build without the `memcached` feature.
+async fn store(config: &Config) -> Result<AnyStore, StoreError> {
+    #[cfg(feature = "memcached")]
+    if let Some(options) = config.memcached_options() {
+        let store = crate::store::MemcachedStore::connect(&options).await?;
+        return Ok(AnyStore::Memcached(store));
+    }
+    Ok(AnyStore::Memory(MemoryStore::with_capacity(
+        config.memory_capacity,
+    )))
+}
+
+/// The store's own families: the embedded store's figures, or the
+/// Memcached topology's.
+fn register_store(
+    store: &AnyStore,
+    memory: &crate::metrics::store::MemoryFigures,
+    registry: &mut prometheus_client::registry::Registry,
+) {
+    match store {
+        AnyStore::Memory(_) => memory.register(registry),
+        #[cfg(feature = "memcached")]
+        AnyStore::Memcached(store) => {
+            crate::metrics::store::TopologyCollector(store.topology_source()).register(registry)
+        }
+    }
+}
+
+/// The clock decisions are made on: the local one, watched for backward
+/// jumps, or with `[clock] source = "memcached"` the first Memcached
+/// node's, read through it. Without the `memcached` feature there is no
+/// shared clock (`Config` refuses one without servers).
+async fn clock(config: &Config) -> Result<(Arc<dyn Clock>, ClockCollector), StoreError> {
+    let local = Arc::new(WatchedClock::new(SystemClock));
+    let collector = ClockCollector::new(local.clone());
+    #[cfg(feature = "memcached")]
+    if let (crate::config::ClockSource::Memcached, Some(options)) =
+        (config.clock_source, config.memcached_options())
+    {
+        let shared = crate::store::MemcachedClock::start(&options, local).await?;
+        // Deciding on local time until the first estimate would put this
+        // instance's first checks in other buckets than its peers'.
+        if shared.synced(Duration::from_secs(4)).await {
+            tracing::info!(
+                offset_ms = shared.offset_ms(),
+                "deciding on the first Memcached node's clock"
+            );
+        } else {
+            tracing::warn!(
+                "cannot read the first Memcached node's clock yet: deciding on local time until it answers"
+            );
+        }
+        return Ok((shared.clone(), collector.with_shared(Some(shared))));
+    }
+    let _ = config;
+    Ok((local, collector))
+}
+
+/// The listeners of the faces a configuration asks for: the HTTP API (with
+/// forward-auth and the operations endpoints), and Envoy RLS and RLQS when
+/// their `listen` is set.
+pub struct Faces {
+    http: TcpListener,
+    rls: Option<TcpListener>,
+    rlqs: Option<TcpListener>,
+}
+
+impl Faces {
+    /// Bind every face's listener, each said in the log.
+    pub async fn bind(config: &Config) -> anyhow::Result<Faces> {
+        let http = TcpListener::bind(config.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", config.listen))?;
+        tracing::info!("slidegate listening on http://{}", super::describe(&http));
+        let (rls, rlqs) = bind_envoy(config).await?;
+        Ok(Faces { http, rls, rlqs })
+    }
+
+    /// Serve every face with `app`, each until its `shutdown()` completes;
+    /// the tasks, named, for `shutdown::drain`.
+    pub fn serve<F>(self, app: Arc<App>, shutdown: impl Fn() -> F) -> Vec<(&'static str, Face)>
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let mut faces = serve_envoy(self.rls, self.rlqs, &app, &shutdown);
+        let (listener, stopped) = (self.http, shutdown());
+        let http: Face = tokio::spawn(async move {
+            super::serve(listener, app, stopped)
+                .await
+                .context("HTTP server")
+        });
+        faces.insert(0, ("HTTP", http));
+        faces
+    }
+}
+
+#[cfg(feature = "grpc")]
+async fn bind_envoy(config: &Config) -> anyhow::Result<(Option<TcpListener>, Option<TcpListener>)> {
+    let rls = match config.rls_listen {
+        Some(address) => Some(bind_face("Envoy RLS", address).await?),
+        None => None,
+    };
+    let rlqs = match config.rlqs.listen {
+        Some(address) => {
+            let listener = bind_face("Envoy RLQS", address).await?;
+            tracing::info!(
+                buckets = config.rlqs.buckets.len(),
+                "RLQS bucket rules loaded"
+            );
+            Some(listener)
+        }
+        None => None,
+    };
+    Ok((rls, rlqs))
+}
+
+/// Bind a gRPC face's listener and say where it serves.
+#[cfg(feature = "grpc")]
+async fn bind_face(name: &str, address: std::net::SocketAddr) -> anyhow::Result<TcpListener> {
+    let listener = TcpListener::bind(address)
+        .await
+        .with_context(|| format!("cannot listen for {name} on {address}"))?;
+    tracing::info!(
+        "slidegate serving {name} (gRPC) on {}",
+        super::describe(&listener)
+    );
+    Ok(listener)
+}
+
+#[cfg(feature = "grpc")]
+fn serve_envoy<F>(
+    rls: Option<TcpListener>,
+    rlqs: Option<TcpListener>,
+    app: &Arc<App>,
+    shutdown: &impl Fn() -> F,
+) -> Vec<(&'static str, Face)>
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    let mut faces = Vec::new();
+    if let Some(listener) = rls {
+        let (app, shutdown) = (app.clone(), shutdown());
+        let face: Face = tokio::spawn(async move {
+            super::rls::serve(listener, app, shutdown)
+                .await
+                .context("RLS server")
+        });
+        faces.push(("RLS", face));
+    }
+    if let Some(listener) = rlqs {
+        let (app, shutdown) = (app.clone(), shutdown());
+        let face: Face = tokio::spawn(async move {
+            super::rlqs::serve(listener, app, shutdown)
+                .await
+                .context("RLQS server")
+        });
+        faces.push(("RLQS", face));
+    }
+    faces
+}
+
+#[cfg(not(feature = "grpc"))]
+async fn bind_envoy(
+    _config: &Config,
+) -> anyhow::Result<(Option<TcpListener>, Option<TcpListener>)> {
+    Ok((None, None))
+}
+
+#[cfg(not(feature = "grpc"))]
+fn serve_envoy<F>(
+    _rls: Option<TcpListener>,
+    _rlqs: Option<TcpListener>,
+    _app: &Arc<App>,
+    _shutdown: &impl Fn() -> F,
+) -> Vec<(&'static str, Face)> {
+    Vec::new()
+}
+
+/// Without the `grpc` feature there are no Envoy faces: their place in the
+/// app holds nothing, and a reload has no rules to bring.
+#[cfg(not(feature = "grpc"))]
+mod without_grpc {
+    use prometheus_client::registry::Registry;
+
+    use crate::config::Config;
+    use crate::config::reload::Reloaded;
+
+    #[derive(Default)]
+    pub(crate) struct Envoy;
+
+    /// What a reload brings to the Envoy faces: nothing.
+    pub(crate) struct Reload;
+
+    impl Envoy {
+        pub(crate) fn of(_config: &Config) -> Result<Envoy, String> {
+            Ok(Envoy)
+        }
+
+        pub(crate) fn register(&self, _registry: &mut Registry) {}
+
+        pub(crate) fn apply(&self, _config: &Config) {}
+
+        pub(crate) fn admit(&self, _reloaded: &Reloaded) -> Result<Reload, String> {
+            Ok(Reload)
+        }
+
+        pub(crate) fn put_in_force(&self, _reload: Reload) {}
+    }
+}
+
+/// Every part's families, as the metrics reference lists them: those of
+/// every part this build has, whether or not a configuration turns it on.
+pub fn metric_components() -> Vec<Component> {
+    #[allow(unused_mut)]
+    let mut components = vec![
+        Component {
+            title: "Decisions and the store",
+            served: "always",
+            families: crate::metrics::FAMILIES,
+        },
+        Component {
+            title: "HTTP service",
+            served: "always",
+            families: metrics::FAMILIES,
+        },
+        Component {
+            title: "Connections and API tokens",
+            served: "always",
+            families: guard::FAMILIES,
+        },
+        Component {
+            title: "Embedded store",
+            served: "when no Memcached server is configured (the embedded store counts)",
+            families: MEMORY_FAMILIES,
+        },
+    ];
+    #[cfg(feature = "memcached")]
+    components.push(Component {
+        title: "Memcached store",
+        served: "when Memcached servers or discovery are configured; \
+                 `slidegate_memcached_config_version` once Auto Discovery has read a cluster config",
+        families: crate::metrics::store::MEMCACHED_FAMILIES,
+    });
+    components.push(Component {
+        title: "Local clock",
+        served: "always",
+        families: LOCAL_CLOCK_FAMILIES,
+    });
+    #[cfg(feature = "memcached")]
+    components.push(Component {
+        title: "Shared clock",
+        served: "with `[clock] source = \"memcached\"`",
+        families: crate::metrics::clock::SHARED_CLOCK_FAMILIES,
+    });
+    #[cfg(feature = "grpc")]
+    components.extend([
+        Component {
+            title: "Envoy RLS",
+            served: "when RLS rules are loaded (`rls.config`)",
+            families: super::rls::FAMILIES,
+        },
+        Component {
+            title: "Envoy RLQS",
+            served: "always (by a build with the `grpc` feature), streams or not",
+            families: super::rlqs::FAMILIES,
+        },
+    ]);
+    components
+}
+
+/// The metrics reference of the book (`docs/src/reference/metrics.md`),
+/// written from the tables every part registers its families from.
+pub fn metrics_reference() -> String {
+    catalogue::reference(&metric_components())
+}
