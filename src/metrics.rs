@@ -23,7 +23,7 @@ mod latency;
 pub mod store;
 mod striped;
 
-use self::catalogue::{Described, Kind};
+use self::catalogue::{Described, Kind, Label};
 use self::last_error::LastError;
 use self::latency::LatencyHistogram;
 use self::striped::{Striped, StripedArray};
@@ -49,7 +49,16 @@ pub const FAMILIES: &[Described; 9] = &[
     Described {
         name: "slidegate_decisions",
         kind: Kind::Counter,
-        labels: &["policy", "outcome"],
+        labels: &[
+            Label {
+                name: "policy",
+                values: "the policy's name, or `inline` for limits given in the request",
+            },
+            Label {
+                name: "outcome",
+                values: "`allowed` or `rejected` by the store's counts, `near_cache` (refused from the near-cache), `fallback` (the failure mode decided), `shadow` (a shadow policy would have refused), `exempt`",
+            },
+        ],
         help: "Decisions by policy (`inline` for limits given in the request) and outcome.",
     },
     Described {
@@ -73,7 +82,10 @@ pub const FAMILIES: &[Described; 9] = &[
     Described {
         name: "slidegate_store_errors",
         kind: Kind::Counter,
-        labels: &["kind"],
+        labels: &[Label {
+            name: "kind",
+            values: "`timeout`, `refused`, `protocol`, `overloaded`",
+        }],
         help: "Store calls that failed, by kind: timeout, refused, protocol, overloaded.",
     },
     Described {

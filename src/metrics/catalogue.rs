@@ -53,8 +53,8 @@ pub struct Described {
     /// As `# TYPE` names it: a counter's samples add `_total`.
     pub name: &'static str,
     pub kind: Kind,
-    /// Label names, in the order the samples carry them.
-    pub labels: &'static [&'static str],
+    /// Its labels, in the order the samples carry them.
+    pub labels: &'static [Label],
     /// As `# HELP` says it, full stop included.
     pub help: &'static str,
 }
@@ -74,6 +74,14 @@ impl Described {
     ) -> Result<MetricEncoder<'e>, std::fmt::Error> {
         encoder.encode_descriptor(self.name, self.help, None, self.kind.metric_type())
     }
+}
+
+/// One label of a family, and the values it takes.
+#[derive(Clone, Copy, Debug)]
+pub struct Label {
+    pub name: &'static str,
+    /// The values it takes, in words.
+    pub values: &'static str,
 }
 
 /// The families of one component, and when the process serves them.
@@ -96,7 +104,7 @@ pub fn reference(components: &[Component]) -> String {
          the number of series is bounded whatever clients send.\n\n\
          This page is generated from the tables the families are registered \
          from; a test fails when it differs from them. Regenerate it with \
-         `SLIDEGATE_WRITE_REFERENCE=1 cargo test --test metrics_reference`.\n",
+         `SLIDEGATE_WRITE_REFERENCE=1 cargo test --test ops metrics_reference`.\n",
     );
     for component in components {
         let _ = write!(
@@ -111,25 +119,22 @@ pub fn reference(components: &[Component]) -> String {
                 .iter()
                 .map(|suffix| format!("`{}{suffix}`", family.name))
                 .collect();
-            let labels = if family.labels.is_empty() {
-                "none".to_owned()
-            } else {
-                family
-                    .labels
-                    .iter()
-                    .map(|label| format!("`{label}`"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            };
             let _ = write!(
                 page,
-                "\n### `{}`\n\n{}\n\n- Type: {}\n- Samples: {}\n- Labels: {}\n",
+                "\n### `{}`\n\n{}\n\n- Type: {}\n- Samples: {}\n",
                 family.name,
                 family.help,
                 family.kind.name(),
                 samples.join(", "),
-                labels
             );
+            if family.labels.is_empty() {
+                page.push_str("- Labels: none\n");
+            } else {
+                page.push_str("- Labels:\n");
+                for label in family.labels {
+                    let _ = writeln!(page, "  - `{}`: {}", label.name, label.values);
+                }
+            }
         }
     }
     page

@@ -17,7 +17,7 @@ use prometheus_client::registry::Registry;
 
 use super::App;
 use super::api::{self, Body};
-use crate::metrics::catalogue::{Described, Kind};
+use crate::metrics::catalogue::{Described, Kind, Label};
 use crate::metrics::store::MemoryFigures;
 use crate::store::AnyStore;
 
@@ -27,13 +27,19 @@ pub(crate) const FAMILIES: &[Described; 4] = &[
     Described {
         name: "slidegate_http_responses",
         kind: Kind::Counter,
-        labels: &["status"],
+        labels: &[Label {
+            name: "status",
+            values: "the HTTP status answered (a status is listed once it was answered)",
+        }],
         help: "HTTP answers by status.",
     },
     Described {
         name: "slidegate_config_reloads",
         kind: Kind::Counter,
-        labels: &["result"],
+        labels: &[Label {
+            name: "result",
+            values: "`ok` (every key that applies live is in force), `failed` (the running configuration stays)",
+        }],
         help: "Configuration reloads (SIGHUP or the file changed) by result.",
     },
     Described {

@@ -3,7 +3,8 @@
 //! store reads hot rejects cost, the most limited keys and the sketch's
 //! memory under a flood, exemptions (live on reload), the OpenAPI document
 //! checked by a real validator against live answers, and the status page
-//! rendered by headless Chromium.
+//! rendered by headless Chromium; and the metrics reference, generated
+//! from the code and held to what /metrics serves.
 //!
 //! This file holds the counting allocator and the service the tests start;
 //! the tests are in the modules below, one for each of those parts.
@@ -12,6 +13,7 @@
 mod common;
 
 mod exemptions;
+mod metrics_reference;
 mod most_limited;
 mod near_cache;
 mod on_call;

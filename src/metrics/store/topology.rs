@@ -9,7 +9,10 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 
-use crate::metrics::catalogue::{Described, Kind};
+use crate::metrics::catalogue::{Described, Kind, Label};
+
+/// What a `node` label holds.
+const NODE: &str = "a node's address, from the configuration or the cluster config";
 use crate::store::TopologySource;
 
 /// The Memcached store's families, in the order they are served.
@@ -29,7 +32,10 @@ pub const MEMCACHED_FAMILIES: &[Described; 10] = &[
     Described {
         name: "slidegate_memcached_discovery_polls",
         kind: Kind::Counter,
-        labels: &["result"],
+        labels: &[Label {
+            name: "result",
+            values: "`applied`, `ignored`, `malformed`, `failed`",
+        }],
         help: "Auto Discovery polls by result: applied, ignored (not newer, or no node), malformed, failed.",
     },
     Described {
@@ -41,13 +47,25 @@ pub const MEMCACHED_FAMILIES: &[Described; 10] = &[
     Described {
         name: "slidegate_memcached_connections",
         kind: Kind::Gauge,
-        labels: &["node"],
+        labels: &[Label {
+            name: "node",
+            values: NODE,
+        }],
         help: "Live connections per Memcached node.",
     },
     Described {
         name: "slidegate_store_connections",
         kind: Kind::Gauge,
-        labels: &["node", "state"],
+        labels: &[
+            Label {
+                name: "node",
+                values: NODE,
+            },
+            Label {
+                name: "state",
+                values: "`ready`, `overdue`, `down`, `draining`",
+            },
+        ],
         help: "Connections per Memcached node by state: ready, overdue (a reply later than the call \
              timeout: it takes no new requests), down (being dialled), draining (given up as \
              stalled, still reading its late replies to take back what they added).",
@@ -55,7 +73,16 @@ pub const MEMCACHED_FAMILIES: &[Described; 10] = &[
     Described {
         name: "slidegate_store_redials",
         kind: Kind::Counter,
-        labels: &["node", "reason"],
+        labels: &[
+            Label {
+                name: "node",
+                values: NODE,
+            },
+            Label {
+                name: "reason",
+                values: "`failed`, `stalled`, `overdue`, `moved`",
+            },
+        ],
         help: "Connections to a Memcached node dialled again, by reason: failed (the connection or a \
              dial failed), stalled (a reply later than the stall bound), overdue (an extra \
              connection while all were overdue), moved (the node's address changed).",
@@ -63,20 +90,29 @@ pub const MEMCACHED_FAMILIES: &[Described; 10] = &[
     Described {
         name: "slidegate_store_draining_requests",
         kind: Kind::Gauge,
-        labels: &["node"],
+        labels: &[Label {
+            name: "node",
+            values: NODE,
+        }],
         help: "Requests written on draining connections whose replies have not come yet.",
     },
     Described {
         name: "slidegate_store_late_take_backs",
         kind: Kind::Counter,
-        labels: &["node"],
+        labels: &[Label {
+            name: "node",
+            values: NODE,
+        }],
         help: "Counted requests taken back from a reply that came after their connection was given \
              up as stalled: nobody was told they counted.",
     },
     Described {
         name: "slidegate_store_lost_replies",
         kind: Kind::Counter,
-        labels: &["node"],
+        labels: &[Label {
+            name: "node",
+            values: NODE,
+        }],
         help: "Counted requests whose reply never came (their connection failed, or its drain ran \
              out): what they added, if applied, stays counted until its bucket expires.",
     },

@@ -9,7 +9,7 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 
 use super::places::Places;
-use crate::metrics::catalogue::{Described, Kind};
+use crate::metrics::catalogue::{Described, Kind, Label};
 
 /// The RLQS families, in the order [`RlqsMetrics::encode`] serves them.
 pub(crate) const FAMILIES: &[Described; 4] = &[
@@ -28,7 +28,10 @@ pub(crate) const FAMILIES: &[Described; 4] = &[
     Described {
         name: "slidegate_rlqs_assignments",
         kind: Kind::Counter,
-        labels: &["strategy"],
+        labels: &[Label {
+            name: "strategy",
+            values: "`token_bucket`, `allow_all`, `deny_all`",
+        }],
         help: "RLQS bucket assignments sent, by strategy.",
     },
     Described {

@@ -7,26 +7,45 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 
-use crate::metrics::catalogue::{Described, Kind};
+use crate::metrics::catalogue::{Described, Kind, Label};
 
 /// The RLS families, in the order [`encode`] serves them.
 pub(crate) const FAMILIES: &[Described; 3] = &[
     Described {
         name: "slidegate_rls_requests",
         kind: Kind::Counter,
-        labels: &["outcome"],
+        labels: &[Label {
+            name: "outcome",
+            values: "`answered`, `invalid_argument`, `store_unavailable`",
+        }],
         help: "ShouldRateLimit calls, by outcome.",
     },
     Described {
         name: "slidegate_rls_descriptors_unmatched",
         kind: Kind::Counter,
-        labels: &["reason"],
+        labels: &[Label {
+            name: "reason",
+            values: "`unknown_domain`, `no_rule`",
+        }],
         help: "Descriptors answered OK with no limit: unknown domain, or no rule.",
     },
     Described {
         name: "slidegate_rls_hits",
         kind: Kind::Counter,
-        labels: &["domain", "rule", "result"],
+        labels: &[
+            Label {
+                name: "domain",
+                values: "a domain of the rules",
+            },
+            Label {
+                name: "rule",
+                values: "the rule's name, else its descriptor path; `override` for a domain's overrides",
+            },
+            Label {
+                name: "result",
+                values: "`total_hits`, `within_limit`, `over_limit`, `over_limit_near_cache`, `shadow_mode`",
+            },
+        ],
         help: "Hits (hits_addend) per domain and rule, by result.",
     },
 ];
