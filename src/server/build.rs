@@ -43,7 +43,9 @@ pub(crate) use without_grpc::{Envoy, Reload as EnvoyReload};
 /// Why a configuration could not be built into a server.
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
-    #[error("cannot set up the Memcached store: {0}")]
+    /// The store's error is the source, which `{:#}` and anyhow's report
+    /// print after this.
+    #[error("cannot set up the Memcached store")]
     Store(#[from] StoreError),
     /// The RLS rules (`rls.config`): the file and what is wrong.
     #[error("{0}")]
