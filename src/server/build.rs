@@ -8,8 +8,10 @@
 //! | store | `[memcached]`, or the embedded store | its connections, or its evictions |
 //! | clock | `[clock]` | backward jumps, the shared clock's offset |
 //! | limiter | `[near_cache]`, `[failure]`, `[limits]` | decisions, store calls, near-cache |
-//! | HTTP service | policies, `[auth]`, exemptions | answers, reloads, refusal log |
+//! | HTTP service | policies, `[auth]`, exemptions | answers by status |
 //! | guard | `[server]` | connections, refused tokens |
+//! | reload | `[reload]` | reloads by result, restart pending |
+//! | operators' endpoints | `[log]` | refusals not logged |
 //! | Envoy faces | `[rls]`, `[rlqs]` | RLS hits, RLQS streams |
 //!
 //! Each part registers its own families, once, as it is built; the
@@ -25,7 +27,7 @@ use tokio::net::TcpListener;
 
 use super::guard::{self, Guard, TokenSettings};
 use super::shutdown::{Face, Leaving};
-use super::{App, metrics, ops};
+use super::{App, metrics, ops, reload};
 use crate::clock::{Clock, SystemClock, WatchedClock};
 use crate::config::{AuthConfig, Config, DEFAULT_DRAIN_TIMEOUT, Exemptions, ServerGuard};
 use crate::limiter::Limiter;
@@ -126,6 +128,10 @@ pub(crate) fn assemble(limiter: Limiter<AnyStore>, parts: Parts) -> App {
     parts.clocks.register(registry);
     let guard = Guard::new(&parts.guard);
     guard.register(registry);
+    let reloads = reload::ReloadMetrics::default();
+    reloads.register(registry);
+    let ops = ops::Ops::default();
+    ops.register(registry);
     parts.envoy.register(registry);
     let live = App::live_of(
         &limiter,
@@ -139,7 +145,8 @@ pub(crate) fn assemble(limiter: Limiter<AnyStore>, parts: Parts) -> App {
         limiter,
         live: ArcSwap::from_pointee(live),
         metrics,
-        ops: ops::Ops::default(),
+        reloads,
+        ops,
         guard,
         envoy: parts.envoy,
         leaving: Leaving::with_drain_timeout(parts.drain_timeout),
@@ -368,7 +375,7 @@ pub fn metric_components() -> Vec<Component> {
             families: crate::metrics::FAMILIES,
         },
         Component {
-            title: "HTTP service",
+            title: "HTTP answers",
             served: "always",
             families: metrics::FAMILIES,
         },
@@ -376,6 +383,16 @@ pub fn metric_components() -> Vec<Component> {
             title: "Connections and API tokens",
             served: "always",
             families: guard::FAMILIES,
+        },
+        Component {
+            title: "Configuration reloads",
+            served: "always",
+            families: reload::FAMILIES,
+        },
+        Component {
+            title: "Refusal log",
+            served: "always (counted while `log.refusals_per_s` is set)",
+            families: ops::FAMILIES,
         },
         Component {
             title: "Embedded store",

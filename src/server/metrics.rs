@@ -2,17 +2,16 @@
 //! of the server registers its own families once, as it is built
 //! (`build`), encoded as OpenMetrics text, which Prometheus negotiates and
 //! parses. This module owns the registry and the HTTP service's own
-//! families: the answers, the reloads, the refusal log.
+//! family, its answers by status.
 
 use std::sync::OnceLock;
 
 use hyper::body::Bytes;
 use hyper::header::{CONTENT_TYPE, HeaderValue};
 use hyper::{Response, StatusCode};
-use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use super::App;
@@ -21,59 +20,20 @@ use crate::metrics::catalogue::{Described, Kind, Label};
 use crate::metrics::store::MemoryFigures;
 use crate::store::AnyStore;
 
-/// The HTTP service's families, in the order [`ServerMetrics::new`]
-/// registers them.
-pub(crate) const FAMILIES: &[Described; 4] = &[
-    Described {
-        name: "slidegate_http_responses",
-        kind: Kind::Counter,
-        labels: &[Label {
-            name: "status",
-            values: "the HTTP status answered (a status is listed once it was answered)",
-        }],
-        help: "HTTP answers by status.",
-    },
-    Described {
-        name: "slidegate_config_reloads",
-        kind: Kind::Counter,
-        labels: &[Label {
-            name: "result",
-            values: "`ok` (every key that applies live is in force), `failed` (the running configuration stays)",
-        }],
-        help: "Configuration reloads (SIGHUP or the file changed) by result.",
-    },
-    Described {
-        name: "slidegate_config_restart_pending",
-        kind: Kind::Gauge,
-        labels: &[],
-        help: "1 while the last reloaded file differs from the running process in a key that only a restart applies (the log names each).",
-    },
-    Described {
-        name: "slidegate_refusals_not_logged",
-        kind: Kind::Counter,
-        labels: &[],
-        help: "Refused decisions not logged because log.refusals_per_s were already logged that second.",
-    },
-];
+/// The HTTP service's family, which [`ServerMetrics::new`] registers.
+pub(crate) const FAMILIES: &[Described; 1] = &[Described {
+    name: "slidegate_http_responses",
+    kind: Kind::Counter,
+    labels: &[Label {
+        name: "status",
+        values: "the HTTP status answered (a status is listed once it was answered)",
+    }],
+    help: "HTTP answers by status.",
+}];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StatusLabels {
     status: u16,
-}
-
-/// How a reload ended, for `slidegate_config_reloads_total{result}`.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-#[allow(non_camel_case_types)]
-pub enum ReloadResult {
-    /// Every key that applies live is in force.
-    ok,
-    /// The file was refused; the running configuration stays.
-    failed,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ReloadLabels {
-    result: ReloadResult,
 }
 
 pub(crate) struct ServerMetrics {
@@ -86,9 +46,6 @@ pub(crate) struct ServerMetrics {
     /// use, not made up front, so that /metrics lists a status only once
     /// it was answered, as it always did.
     usual_answers: [OnceLock<Counter>; 2],
-    reloads: [Counter; 2],
-    restart_pending: Gauge,
-    refusals_not_logged: Counter,
     /// The embedded store's figures: registered by the build when the
     /// store is the embedded one, read before each scrape.
     pub(super) memory: MemoryFigures,
@@ -99,24 +56,13 @@ impl ServerMetrics {
     /// every other part's ([`registry_mut`](Self::registry_mut)).
     pub fn new() -> ServerMetrics {
         let mut registry = Registry::default();
-        let [answered, reloaded, pending, not_logged] = FAMILIES;
+        let [answered] = FAMILIES;
         let answers = Family::<StatusLabels, Counter>::default();
         answered.register(&mut registry, answers.clone());
-        let reloads_family = Family::<ReloadLabels, Counter>::default();
-        let reloads = [ReloadResult::ok, ReloadResult::failed]
-            .map(|result| reloads_family.get_or_create_owned(&ReloadLabels { result }));
-        reloaded.register(&mut registry, reloads_family);
-        let restart_pending = Gauge::default();
-        pending.register(&mut registry, restart_pending.clone());
-        let refusals_not_logged = Counter::default();
-        not_logged.register(&mut registry, refusals_not_logged.clone());
         ServerMetrics {
             registry,
             answers,
             usual_answers: Default::default(),
-            reloads,
-            restart_pending,
-            refusals_not_logged,
             memory: MemoryFigures::default(),
         }
     }
@@ -125,11 +71,6 @@ impl ServerMetrics {
     /// once, as the server is built.
     pub fn registry_mut(&mut self) -> &mut Registry {
         &mut self.registry
-    }
-
-    /// Refusals past `log.refusals_per_s` in their second.
-    pub fn refusals_not_logged(&self) -> &Counter {
-        &self.refusals_not_logged
     }
 
     pub fn answered(&self, status: StatusCode) {
@@ -148,13 +89,6 @@ impl ServerMetrics {
         usual
             .get_or_init(|| self.answers.get_or_create_owned(&labels()))
             .inc();
-    }
-
-    pub fn reloaded(&self, result: ReloadResult, restart_pending: bool) {
-        self.reloads[result as usize].inc();
-        if result == ReloadResult::ok {
-            self.restart_pending.set(i64::from(restart_pending));
-        }
     }
 }
 

@@ -59,8 +59,10 @@ pub struct App {
     /// decided under one consistent set of policies even while a reload
     /// swaps them; nothing waits but the swap itself.
     live: ArcSwap<Live>,
-    /// The registry of /metrics and the HTTP service's own families.
+    /// The registry of /metrics and the HTTP answers by status.
     metrics: metrics::ServerMetrics,
+    /// How reloads ended.
+    reloads: reload::ReloadMetrics,
     /// What operators ask of this instance: recent decisions, most
     /// limited keys.
     ops: ops::Ops,

@@ -19,9 +19,13 @@ use std::time::Duration;
 
 use tokio::signal::unix::Signal;
 
+mod metrics;
+
+pub(crate) use metrics::{FAMILIES, ReloadMetrics};
+
 use super::App;
-use super::metrics::ReloadResult;
 use crate::config::reload::{Files, Reloaded, Reloader};
+use metrics::ReloadResult;
 
 /// The SIGHUP stream [`watch`] reads. A stream sees only the signals that
 /// come after it is made, so the binary makes it before it listens: a
@@ -83,7 +87,7 @@ pub async fn watch(
             (None, Why::Hangup) => {
                 let file = file_of(&reloader);
                 tracing::error!(%file, reason = why.as_str(), "configuration NOT reloaded: the file kept changing; keeping the running one (send SIGHUP again once it is written)");
-                app.metrics.reloaded(ReloadResult::failed, false);
+                app.reloads.reloaded(ReloadResult::failed, false);
             }
         }
         if reloader.watch() != every {
@@ -197,11 +201,11 @@ fn reload_from(app: &App, reloader: &mut Reloader, files: Files, why: &str) {
                 );
             }
             tracing::info!(%file, reason = why, policies = ?app.policy_names(), "configuration reloaded");
-            app.metrics.reloaded(ReloadResult::ok, restart);
+            app.reloads.reloaded(ReloadResult::ok, restart);
         }
         Err(error) => {
             tracing::error!(%file, reason = why, %error, "configuration NOT reloaded: keeping the running one");
-            app.metrics.reloaded(ReloadResult::failed, false);
+            app.reloads.reloaded(ReloadResult::failed, false);
         }
     }
 }

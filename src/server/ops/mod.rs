@@ -9,7 +9,7 @@ mod recent;
 mod refusal_log;
 mod top_refused;
 
-pub(crate) use refusal_log::Face;
+pub(crate) use refusal_log::{FAMILIES, Face};
 pub use top_refused::{DEFAULT_CAPACITY, Refused, TopRefused};
 
 use std::sync::Mutex;
@@ -78,13 +78,7 @@ impl App {
         key: &str,
         decision: Option<&Decision>,
     ) {
-        self.ops.refusals.refused(
-            face,
-            policy,
-            key,
-            decision,
-            self.metrics.refusals_not_logged(),
-        );
+        self.ops.refusals.refused(face, policy, key, decision);
     }
 
     /// Log at most `per_second` refused decisions a second (0: none).
@@ -94,6 +88,11 @@ impl App {
 }
 
 impl Ops {
+    /// Add the operators' families to `registry`: the refusal log's.
+    pub(crate) fn register(&self, registry: &mut prometheus_client::registry::Registry) {
+        self.refusals.register(registry);
+    }
+
     /// One decision of a check or forward-auth: counted for the page, and
     /// a refusal (or a shadow policy's would-be refusal) for the most
     /// limited keys.

@@ -6,9 +6,19 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::registry::Registry;
 
 use crate::clock::{Clock, SystemClock};
 use crate::limiter::Decision;
+use crate::metrics::catalogue::{Described, Kind};
+
+/// The refusal log's family.
+pub(crate) const FAMILIES: &[Described; 1] = &[Described {
+    name: "slidegate_refusals_not_logged",
+    kind: Kind::Counter,
+    labels: &[],
+    help: "Refused decisions not logged because log.refusals_per_s were already logged that second.",
+}];
 
 /// Where a refused call came in.
 #[derive(Clone, Copy, Debug)]
@@ -43,30 +53,30 @@ pub(crate) struct RefusalLog {
     /// lines logged in it (low 32 bits), in one word so that a flood of
     /// refusals on every core takes no lock.
     second_and_logged: AtomicU64,
+    /// Refusals past the rate.
+    not_logged: Counter,
 }
 
 impl RefusalLog {
+    pub fn register(&self, registry: &mut Registry) {
+        let [not_logged] = FAMILIES;
+        not_logged.register(registry, self.not_logged.clone());
+    }
+
     pub fn set_per_second(&self, per_second: u32) {
         self.per_second.store(per_second, Ordering::Relaxed);
     }
 
-    /// A refused decision: logged if this second has room, else counted
-    /// in `not_logged`. `None`: refused without a decision (an RLS rule of
+    /// A refused decision: logged if this second has room, else counted.
+    /// `None`: refused without a decision (an RLS rule of
     /// `requests_per_unit: 0`), so without a limit to name.
-    pub fn refused(
-        &self,
-        face: Face,
-        policy: &str,
-        key: &str,
-        decision: Option<&Decision>,
-        not_logged: &Counter,
-    ) {
+    pub fn refused(&self, face: Face, policy: &str, key: &str, decision: Option<&Decision>) {
         let per_second = self.per_second.load(Ordering::Relaxed);
         if per_second == 0 {
             return;
         }
         if !self.take(per_second, SystemClock.now_ms() / 1000) {
-            not_logged.inc();
+            self.not_logged.inc();
             return;
         }
         // The limit that refused: the first one exhausted (a refusal has
