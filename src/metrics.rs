@@ -18,12 +18,13 @@ use prometheus_client::registry::Registry;
 
 pub mod catalogue;
 pub mod clock;
+mod families;
 mod last_error;
 mod latency;
 pub mod store;
 mod striped;
 
-use self::catalogue::{Described, Kind, Label};
+pub use self::families::FAMILIES;
 use self::last_error::LastError;
 use self::latency::LatencyHistogram;
 use self::striped::{Striped, StripedArray};
@@ -42,76 +43,6 @@ type Counter = prometheus_client::metrics::counter::Counter<u64, Striped>;
 pub(crate) const LATENCY_BUCKETS: [f64; 18] = [
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
     5.0, 10.0, 30.0, 60.0,
-];
-
-/// The limiter's families, in the order [`Metrics::register`] adds them.
-pub const FAMILIES: &[Described; 9] = &[
-    Described {
-        name: "slidegate_decisions",
-        kind: Kind::Counter,
-        labels: &[
-            Label {
-                name: "policy",
-                values: "the policy's name, or `inline` for limits given in the request",
-            },
-            Label {
-                name: "outcome",
-                values: "`allowed` or `rejected` by the store's counts, `near_cache` (refused from the near-cache), `fallback` (the failure mode decided), `shadow` (a shadow policy would have refused), `exempt`",
-            },
-        ],
-        help: "Decisions by policy (`inline` for limits given in the request) and outcome.",
-    },
-    Described {
-        name: "slidegate_check_duration_seconds",
-        kind: Kind::Histogram,
-        labels: &[],
-        help: "Time to decide a check, peek or report, near-cache and store included.",
-    },
-    Described {
-        name: "slidegate_store_duration_seconds",
-        kind: Kind::Histogram,
-        labels: &[],
-        help: "Time of one store round trip (timeouts included, at the timeout).",
-    },
-    Described {
-        name: "slidegate_store_calls",
-        kind: Kind::Counter,
-        labels: &[],
-        help: "Round trips to the store, rollbacks included.",
-    },
-    Described {
-        name: "slidegate_store_errors",
-        kind: Kind::Counter,
-        labels: &[Label {
-            name: "kind",
-            values: "`timeout`, `refused`, `protocol`, `overloaded`",
-        }],
-        help: "Store calls that failed, by kind: timeout, refused, protocol, overloaded.",
-    },
-    Described {
-        name: "slidegate_rollback_failures",
-        kind: Kind::Counter,
-        labels: &[],
-        help: "Rejected requests whose take-back was not confirmed: it failed, or was not answered in time.",
-    },
-    Described {
-        name: "slidegate_coalesced_checks",
-        kind: Kind::Counter,
-        labels: &[],
-        help: "Checks that shared one store exchange with others of their key and policy.",
-    },
-    Described {
-        name: "slidegate_near_cache_hits",
-        kind: Kind::Counter,
-        labels: &[],
-        help: "Rejects answered by the near-cache without a store round trip.",
-    },
-    Described {
-        name: "slidegate_near_cache_entries",
-        kind: Kind::Gauge,
-        labels: &[],
-        help: "Keys remembered by the near-cache of hot rejects.",
-    },
 ];
 
 /// How a decision ended, for `slidegate_decisions_total{outcome}`.

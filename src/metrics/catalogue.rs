@@ -1,7 +1,7 @@
 //! Every family slidegate can serve, described once. A component registers
 //! its families under its own table of [`Described`] (the limiter's is
 //! [`crate::metrics::FAMILIES`]), and the metrics reference of the book is
-//! written from the same tables by [`reference`]: a family cannot be served
+//! written from the same tables by [`reference()`]: a family cannot be served
 //! under one name and help and documented under another.
 
 use std::fmt::Write as _;

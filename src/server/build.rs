@@ -1,7 +1,7 @@
 //! The server built from its configuration, in one place: configuration
 //! in; state ([`App`]) and faces ([`Faces`]) out. The feature switches of
-//! the server live here and nowhere else: which store, which clock, and
-//! whether the Envoy faces exist.
+//! the server live here (and in `faces`, for the listeners) and nowhere
+//! else: which store, which clock, and whether the Envoy faces exist.
 //!
 //! | part | built from | registers into /metrics |
 //! |---|---|---|
@@ -21,21 +21,23 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
 use arc_swap::ArcSwap;
-use tokio::net::TcpListener;
 
-use super::guard::{self, Guard, TokenSettings};
-use super::shutdown::{Face, Leaving};
-use super::{App, metrics, ops, reload};
+use super::guard::{Guard, TokenSettings};
+use super::shutdown::Leaving;
+use super::{App, metrics, ops};
 use crate::clock::{Clock, SystemClock, WatchedClock};
 use crate::config::{AuthConfig, Config, DEFAULT_DRAIN_TIMEOUT, Exemptions, ServerGuard};
 use crate::limiter::Limiter;
-use crate::metrics::catalogue::{self, Component};
-use crate::metrics::clock::{ClockCollector, LOCAL_CLOCK_FAMILIES};
-use crate::metrics::store::MEMORY_FAMILIES;
+use crate::metrics::clock::ClockCollector;
 use crate::policy::Policy;
 use crate::store::{AnyStore, MemoryStore, StoreError};
+
+mod faces;
+mod reference;
+
+pub use faces::Faces;
+pub use reference::{metric_components, metrics_reference};
 
 #[cfg(feature = "grpc")]
 pub(crate) use super::envoy::{Envoy, Reload as EnvoyReload};
@@ -128,7 +130,7 @@ pub(crate) fn assemble(limiter: Limiter<AnyStore>, parts: Parts) -> App {
     parts.clocks.register(registry);
     let guard = Guard::new(&parts.guard);
     guard.register(registry);
-    let reloads = reload::ReloadMetrics::default();
+    let reloads = super::reload::ReloadMetrics::default();
     reloads.register(registry);
     let ops = ops::Ops::default();
     ops.register(registry);
@@ -212,126 +214,6 @@ async fn clock(config: &Config) -> Result<(Arc<dyn Clock>, ClockCollector), Stor
     Ok((local, collector))
 }
 
-/// The listeners of the faces a configuration asks for: the HTTP API (with
-/// forward-auth and the operations endpoints), and Envoy RLS and RLQS when
-/// their `listen` is set.
-pub struct Faces {
-    http: TcpListener,
-    rls: Option<TcpListener>,
-    rlqs: Option<TcpListener>,
-}
-
-impl Faces {
-    /// Bind every face's listener, each said in the log.
-    pub async fn bind(config: &Config) -> anyhow::Result<Faces> {
-        let http = TcpListener::bind(config.listen)
-            .await
-            .with_context(|| format!("cannot listen on {}", config.listen))?;
-        tracing::info!("slidegate listening on http://{}", super::describe(&http));
-        let (rls, rlqs) = bind_envoy(config).await?;
-        Ok(Faces { http, rls, rlqs })
-    }
-
-    /// Serve every face with `app`, each until its `shutdown()` completes;
-    /// the tasks, named, for `shutdown::drain`.
-    pub fn serve<F>(self, app: Arc<App>, shutdown: impl Fn() -> F) -> Vec<(&'static str, Face)>
-    where
-        F: Future<Output = ()> + Send + 'static,
-    {
-        let mut faces = serve_envoy(self.rls, self.rlqs, &app, &shutdown);
-        let (listener, stopped) = (self.http, shutdown());
-        let http: Face = tokio::spawn(async move {
-            super::serve(listener, app, stopped)
-                .await
-                .context("HTTP server")
-        });
-        faces.insert(0, ("HTTP", http));
-        faces
-    }
-}
-
-#[cfg(feature = "grpc")]
-async fn bind_envoy(config: &Config) -> anyhow::Result<(Option<TcpListener>, Option<TcpListener>)> {
-    let rls = match config.rls_listen {
-        Some(address) => Some(bind_face("Envoy RLS", address).await?),
-        None => None,
-    };
-    let rlqs = match config.rlqs.listen {
-        Some(address) => {
-            let listener = bind_face("Envoy RLQS", address).await?;
-            tracing::info!(
-                buckets = config.rlqs.buckets.len(),
-                "RLQS bucket rules loaded"
-            );
-            Some(listener)
-        }
-        None => None,
-    };
-    Ok((rls, rlqs))
-}
-
-/// Bind a gRPC face's listener and say where it serves.
-#[cfg(feature = "grpc")]
-async fn bind_face(name: &str, address: std::net::SocketAddr) -> anyhow::Result<TcpListener> {
-    let listener = TcpListener::bind(address)
-        .await
-        .with_context(|| format!("cannot listen for {name} on {address}"))?;
-    tracing::info!(
-        "slidegate serving {name} (gRPC) on {}",
-        super::describe(&listener)
-    );
-    Ok(listener)
-}
-
-#[cfg(feature = "grpc")]
-fn serve_envoy<F>(
-    rls: Option<TcpListener>,
-    rlqs: Option<TcpListener>,
-    app: &Arc<App>,
-    shutdown: &impl Fn() -> F,
-) -> Vec<(&'static str, Face)>
-where
-    F: Future<Output = ()> + Send + 'static,
-{
-    let mut faces = Vec::new();
-    if let Some(listener) = rls {
-        let (app, shutdown) = (app.clone(), shutdown());
-        let face: Face = tokio::spawn(async move {
-            super::rls::serve(listener, app, shutdown)
-                .await
-                .context("RLS server")
-        });
-        faces.push(("RLS", face));
-    }
-    if let Some(listener) = rlqs {
-        let (app, shutdown) = (app.clone(), shutdown());
-        let face: Face = tokio::spawn(async move {
-            super::rlqs::serve(listener, app, shutdown)
-                .await
-                .context("RLQS server")
-        });
-        faces.push(("RLQS", face));
-    }
-    faces
-}
-
-#[cfg(not(feature = "grpc"))]
-async fn bind_envoy(
-    _config: &Config,
-) -> anyhow::Result<(Option<TcpListener>, Option<TcpListener>)> {
-    Ok((None, None))
-}
-
-#[cfg(not(feature = "grpc"))]
-fn serve_envoy<F>(
-    _rls: Option<TcpListener>,
-    _rlqs: Option<TcpListener>,
-    _app: &Arc<App>,
-    _shutdown: &impl Fn() -> F,
-) -> Vec<(&'static str, Face)> {
-    Vec::new()
-}
-
 /// Without the `grpc` feature there are no Envoy faces: their place in the
 /// app holds nothing, and a reload has no rules to bring.
 #[cfg(not(feature = "grpc"))]
@@ -362,80 +244,4 @@ mod without_grpc {
 
         pub(crate) fn put_in_force(&self, _reload: Reload) {}
     }
-}
-
-/// Every part's families, as the metrics reference lists them: those of
-/// every part this build has, whether or not a configuration turns it on.
-pub fn metric_components() -> Vec<Component> {
-    #[allow(unused_mut)]
-    let mut components = vec![
-        Component {
-            title: "Decisions and the store",
-            served: "always",
-            families: crate::metrics::FAMILIES,
-        },
-        Component {
-            title: "HTTP answers",
-            served: "always",
-            families: metrics::FAMILIES,
-        },
-        Component {
-            title: "Connections and API tokens",
-            served: "always",
-            families: guard::FAMILIES,
-        },
-        Component {
-            title: "Configuration reloads",
-            served: "always",
-            families: reload::FAMILIES,
-        },
-        Component {
-            title: "Refusal log",
-            served: "always (counted while `log.refusals_per_s` is set)",
-            families: ops::FAMILIES,
-        },
-        Component {
-            title: "Embedded store",
-            served: "when no Memcached server is configured (the embedded store counts)",
-            families: MEMORY_FAMILIES,
-        },
-    ];
-    #[cfg(feature = "memcached")]
-    components.push(Component {
-        title: "Memcached store",
-        served: "when Memcached servers or discovery are configured; \
-                 `slidegate_memcached_config_version` once Auto Discovery has read a cluster config",
-        families: crate::metrics::store::MEMCACHED_FAMILIES,
-    });
-    components.push(Component {
-        title: "Local clock",
-        served: "always",
-        families: LOCAL_CLOCK_FAMILIES,
-    });
-    #[cfg(feature = "memcached")]
-    components.push(Component {
-        title: "Shared clock",
-        served: "with `[clock] source = \"memcached\"`",
-        families: crate::metrics::clock::SHARED_CLOCK_FAMILIES,
-    });
-    #[cfg(feature = "grpc")]
-    components.extend([
-        Component {
-            title: "Envoy RLS",
-            served: "when RLS rules are loaded (`rls.config`)",
-            families: super::rls::FAMILIES,
-        },
-        Component {
-            title: "Envoy RLQS",
-            served: "always (by a build with the `grpc` feature), streams or not",
-            families: super::rlqs::FAMILIES,
-        },
-    ]);
-    components
-}
-
-/// The metrics reference of the book (`docs/src/reference/metrics.md`),
-/// written from the tables every part registers its families from.
-pub fn metrics_reference() -> String {
-    catalogue::reference(&metric_components())
 }
