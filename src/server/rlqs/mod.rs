@@ -121,8 +121,8 @@ impl prometheus_client::collector::Collector for RlqsCollector {
 }
 
 /// Serve `StreamRateLimitQuotas` on `listener` until `shutdown` completes,
-/// counting with `app`'s limiter under the `[rlqs]` settings `app` was given
-/// ([`App::with_rlqs`]).
+/// counting with `app`'s limiter under the `[rlqs]` settings `app` was built
+/// with or given ([`App::with_rlqs`]).
 pub async fn serve(
     listener: TcpListener,
     app: Arc<App>,

@@ -136,8 +136,8 @@ impl prometheus_client::collector::Collector for RlsCollector {
 }
 
 /// Serve `ShouldRateLimit` on `listener` until `shutdown` completes, deciding
-/// with `app`'s limiter and the rules `app` was given
-/// ([`App::with_rls`]). HTTP/2 without TLS, as Envoy's `envoy_grpc` cluster
+/// with `app`'s limiter and the rules `app` was built with (`rls.config`)
+/// or given ([`App::with_rls`]). HTTP/2 without TLS, as Envoy's `envoy_grpc` cluster
 /// with `http2_protocol_options` speaks it.
 pub async fn serve(
     listener: TcpListener,
