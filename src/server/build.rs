@@ -223,15 +223,16 @@ mod without_grpc {
     use crate::config::Config;
     use crate::config::reload::Reloaded;
 
+    // Braces, not a unit struct: it is built by `Default`, as the other one.
     #[derive(Default)]
-    pub(crate) struct Envoy;
+    pub(crate) struct Envoy {}
 
     /// What a reload brings to the Envoy faces: nothing.
     pub(crate) struct Reload;
 
     impl Envoy {
         pub(crate) fn of(_config: &Config) -> Result<Envoy, String> {
-            Ok(Envoy)
+            Ok(Envoy {})
         }
 
         pub(crate) fn register(&self, _registry: &mut Registry) {}
