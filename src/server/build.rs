@@ -246,3 +246,6 @@ mod without_grpc {
         pub(crate) fn put_in_force(&self, _reload: Reload) {}
     }
 }
+
+#[cfg(all(test, feature = "grpc"))]
+mod tests;
