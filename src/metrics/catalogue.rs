@@ -104,7 +104,7 @@ pub fn reference(components: &[Component]) -> String {
          the number of series is bounded whatever clients send.\n\n\
          This page is generated from the tables the families are registered \
          from; a test fails when it differs from them. Regenerate it with \
-         `SLIDEGATE_WRITE_REFERENCE=1 cargo test --test ops metrics_reference`.\n",
+         `SLIDEGATE_BLESS=1 cargo test --test ops metrics_reference`.\n",
     );
     for component in components {
         let _ = write!(

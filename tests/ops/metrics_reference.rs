@@ -5,7 +5,7 @@
 //! rules, RLQS; the embedded store).
 //!
 //! After a change to a family, regenerate the page with
-//! `SLIDEGATE_WRITE_REFERENCE=1 cargo test --test ops metrics_reference`.
+//! `SLIDEGATE_BLESS=1 cargo test --test ops metrics_reference`.
 
 #![cfg(all(feature = "memcached", feature = "grpc"))]
 
@@ -19,13 +19,13 @@ use super::{Service, on_memcached};
 use crate::common::{self, metrics};
 
 const PAGE: &str = "docs/src/reference/metrics.md";
-const REGENERATE: &str = "SLIDEGATE_WRITE_REFERENCE=1 cargo test --test ops metrics_reference";
+const REGENERATE: &str = "SLIDEGATE_BLESS=1 cargo test --test ops metrics_reference";
 
 #[test]
 fn the_metrics_reference_is_what_the_code_generates() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(PAGE);
     let generated = metrics_reference();
-    if std::env::var_os("SLIDEGATE_WRITE_REFERENCE").is_some() {
+    if std::env::var_os("SLIDEGATE_BLESS").is_some() {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(&path, &generated).unwrap();
         println!("wrote {PAGE}");
