@@ -1,4 +1,27 @@
-//! The [`Limiter`]: near-cache, then store, then window, then decision.
+//! The [`Limiter`]: every decision, a check or a request of several items
+//! (Envoy RLS), goes down one pipeline. A check is a request of one item.
+//!
+//! ```text
+//!  check / peek / report / check_all          (limiter.rs: the entry points)
+//!       |  validate; one Part per item (digest, near-cache key)
+//!       v
+//!  screen   near-cache: may refuse first;      (screen.rs)
+//!       |   an old entry is read again first
+//!       v
+//!  exchange join the exchange in flight for    (exchange.rs, exchange/gather.rs)
+//!       |   the same parts, or lead one: each
+//!       |   part's batch, all at once, under
+//!       |   the request's deadline             (decide.rs: joining; lead.rs: leading)
+//!       v
+//!  reckon   pure: the batch in arrival order ->  (reckon.rs)
+//!       |   admitted, taken back, remembered
+//!       |-- boundary crossed: take back, again (boundary.rs)
+//!       |-- store failed: fall back, once      (fallback.rs)
+//!       v
+//!  answer the others, take back, remember      (lead.rs, owed.rs)
+//!       v
+//!  observe  metrics by policy; shadow mode     (observed.rs)
+//! ```
 //!
 //! A check costs one round trip when admitted: the older buckets are read
 //! and the current bucket is incremented in one batch, and the value the
@@ -6,62 +29,65 @@
 //! number of instances each see a distinct count and cannot all slip under
 //! the limit. Over the limit, the increment is taken back (a second round
 //! trip) and the counts seen are remembered in the near-cache, so the next
-//! rejects of that key cost none.
+//! rejects of that key cost none. Concurrent requests of the same parts in
+//! one instance share one exchange, decided in arrival order exactly as if
+//! each had come alone.
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::clock::Clock;
 use crate::metrics::{Metrics, MetricsSnapshot};
-use crate::near_cache::{NearCache, NearKey};
 use crate::policy::Policy;
-use crate::store::{
-    BatchCounts, CounterBatch, CounterKey, KeyDigest, MemoryStore, Store, StoreError,
-};
-use crate::window::{self, Counting, Verdict};
+use crate::store::{Store, StoreError};
+use crate::window::Counting;
 
 // The limiter's settings and their defaults.
 mod builder;
-// Timing, counting by policy and shadow mode around check, peek, report.
+// What travels down the pipeline: items, parts, costs.
+mod request;
+// Stage: the near-cache, and reading the store again when it is old.
+mod screen;
+// Stage: the store under a request's deadline; coalescing.
+mod exchange;
+// Stage: the pure reckoning of a batch.
+mod reckon;
+// Stage: the failure modes.
+mod fallback;
+// Stage: metrics by policy, shadow mode.
 mod observed;
-// Several items decided as one request (Envoy RLS descriptors).
-mod together;
+// The pipeline's front half: validate, screen, join or lead.
+mod decide;
+// The pipeline's back half: a batch's exchange, answers, take-back.
+mod lead;
 // Checks whose bucket ended while their counters were in flight.
 mod boundary;
 // Which counters a call touches, and the counts their answers give.
 mod counters;
 // What a check answers.
 mod decision;
-// Concurrent checks of one key sharing one store exchange.
-mod coalesce;
-// One deadline for all of a check's store calls.
+// One deadline for all of a request's store calls.
 mod deadline;
-// When the store fails: the failure mode decides.
-mod failure;
-// Rejected keys' counts kept in the near-cache.
-mod remembered;
 // Additions no caller has been told of, taken back if dropped.
 mod owed;
 // Removing a key's counters (`POST /v1/reset`).
 mod reset;
 // Keys that are never limited.
 mod exempt;
-// Near-cache refusals, and reading the store again when they are old.
-mod revalidate;
 
-use boundary::Crossing;
 pub use builder::LimiterBuilder;
-pub(crate) use counters::Counts;
-use counters::layout;
 use deadline::Deadline;
 #[cfg(feature = "server")]
 pub(crate) use decision::valid_cost;
 use decision::validate;
 pub use decision::{CheckError, Decision, Source};
-pub use failure::FailureMode;
-use revalidate::Screened;
-pub use together::Item;
+use exchange::Exchange;
+pub use fallback::FailureMode;
+use fallback::Fallback;
+use observed::observed;
+pub use request::Item;
+use screen::Screen;
 
 /// The longest key accepted, in bytes.
 pub const MAX_KEY_BYTES: usize = 1024;
@@ -103,21 +129,24 @@ pub const DEFAULT_NEAR_CACHE_CAPACITY: u64 = 100_000;
 /// # }
 /// ```
 pub struct Limiter<S> {
-    store: Arc<S>,
+    screen: Screen,
+    exchange: Exchange<S>,
+    fallback: Fallback,
+    metrics: Arc<Metrics>,
     clock: Arc<dyn Clock>,
-    near_cache: NearCache,
-    timeout: Duration,
-    failure_mode: FailureMode,
-    max_counters: std::sync::atomic::AtomicUsize,
-    local: MemoryStore,
-    metrics: Metrics,
-    store_healthy: AtomicBool,
-    /// Same-key checks in flight together share an exchange; `None` when
-    /// coalescing is off.
-    coalescer: Option<coalesce::Coalescer>,
+    max_counters: AtomicUsize,
 }
 
 impl<S: Store> Limiter<S> {
+    pub fn builder(store: S) -> LimiterBuilder<S> {
+        LimiterBuilder::new(store)
+    }
+
+    /// A limiter with the default settings.
+    pub fn new(store: S) -> Limiter<S> {
+        Limiter::builder(store).build()
+    }
+
     /// Decide a request of `cost` for `key` and, if admitted, count it.
     pub async fn check(
         &self,
@@ -125,11 +154,7 @@ impl<S: Store> Limiter<S> {
         policy: &Policy,
         cost: u64,
     ) -> Result<Decision, CheckError> {
-        let started = Instant::now();
-        let result = self
-            .decide(key, policy, cost, Counting::IfAdmitted, started)
-            .await;
-        self.observed(policy, result, started)
+        self.one(key, policy, cost, Counting::IfAdmitted).await
     }
 
     /// The decision a check would make now, counting nothing.
@@ -139,11 +164,7 @@ impl<S: Store> Limiter<S> {
         policy: &Policy,
         cost: u64,
     ) -> Result<Decision, CheckError> {
-        let started = Instant::now();
-        let result = self
-            .decide(key, policy, cost, Counting::Never, started)
-            .await;
-        self.observed(policy, result, started)
+        self.one(key, policy, cost, Counting::Never).await
     }
 
     /// Count `cost` whatever the limits say (work that happened anyway); the
@@ -154,27 +175,95 @@ impl<S: Store> Limiter<S> {
         policy: &Policy,
         cost: u64,
     ) -> Result<Decision, CheckError> {
+        self.one(key, policy, cost, Counting::Always).await
+    }
+
+    /// Decide `items` as one request: each decision says whether its item
+    /// alone would be admitted (`allowed`) and whether it was counted
+    /// (`counted`, the same for all: all were, or none). Envoy's rate-limit
+    /// protocol refuses a request if any descriptor is over its limit:
+    /// counting the others anyway would spend their quota on a request that
+    /// never ran. An item rejected by the near-cache or that can never pass
+    /// decides the request without counting anything; the others are then
+    /// only read. When the store fails, [`FailureMode::Local`] decides the
+    /// whole request the same way on this process's counters.
+    pub async fn check_all(&self, items: &[Item<'_>]) -> Result<Vec<Decision>, CheckError> {
         let started = Instant::now();
+        match self.decide(items, Counting::IfAdmitted, started).await {
+            Ok(decisions) => Ok(items
+                .iter()
+                .zip(decisions)
+                .filter_map(|(item, decision)| {
+                    observed(&self.metrics, item.policy, Ok(decision), started, true).ok()
+                })
+                .collect()),
+            // Counted once, under the first item's policy.
+            Err(error) => match items.first() {
+                Some(item) => observed(&self.metrics, item.policy, Err(error), started, true)
+                    .map(|decision| vec![decision]),
+                None => Err(error),
+            },
+        }
+    }
+
+    /// A request of one item through the pipeline, observed.
+    async fn one(
+        &self,
+        key: &str,
+        policy: &Policy,
+        cost: u64,
+        counting: Counting,
+    ) -> Result<Decision, CheckError> {
+        let started = Instant::now();
+        let items = [Item { key, policy, cost }];
         let result = self
-            .decide(key, policy, cost, Counting::Always, started)
-            .await;
-        self.record(policy, &result, started);
-        result
+            .decide(&items, counting, started)
+            .await
+            .map(|mut decisions| decisions.pop().unwrap_or_else(decide::refused));
+        observed(
+            &self.metrics,
+            policy,
+            result,
+            started,
+            counting != Counting::Always,
+        )
+    }
+
+    /// Admit a request of `cost` for exempt `key` under `policy`: nothing
+    /// is read or counted; each limit shows its whole quota; counted as
+    /// outcome `exempt`. The key and cost are held to what a check's are:
+    /// an exemption passes requests, not bad input.
+    pub fn exempt(&self, key: &str, policy: &Policy, cost: u64) -> Result<Decision, CheckError> {
+        validate(key, policy, cost, self.max_counters())?;
+        let started = Instant::now();
+        let decision = exempt::exempt(policy, self.clock.now_ms());
+        observed(&self.metrics, policy, Ok(decision), started, false)
+    }
+
+    /// Remove `key`'s counters under `policy` from the store (and from
+    /// failure mode `local`'s counters, and this instance's near-cache).
+    /// Returns how many counters the store held.
+    pub async fn reset(&self, key: &str, policy: &Policy) -> Result<usize, CheckError> {
+        validate(key, policy, 1, self.max_counters())?;
+        let stages = (&self.exchange, &self.fallback, &self.screen);
+        reset::reset(stages, key, policy, self.clock.now_ms()).await
     }
 
     /// Whether the store answers within the timeout (any node of it).
     pub async fn ready(&self) -> Result<(), StoreError> {
-        self.timed(Deadline::after(self.timeout), self.store.ping())
-            .await
+        let exchange = &self.exchange;
+        let deadline = Deadline::after(exchange.timeout);
+        exchange.timed(deadline, exchange.store.ping()).await
     }
 
     /// [`ready`](Self::ready), with each node's state: what `/readyz`
     /// answers. A store slower than the timeout is not ready.
     pub async fn readiness(&self) -> crate::store::Readiness {
-        let readiness = match tokio::time::timeout(self.timeout, self.store.readiness()).await {
+        let timeout = self.exchange.timeout;
+        let readiness = match tokio::time::timeout(timeout, self.exchange.store.readiness()).await {
             Ok(readiness) => readiness,
             Err(_) => crate::store::Readiness {
-                result: Err(StoreError::Timeout(self.timeout.as_millis() as u64)),
+                result: Err(StoreError::Timeout(timeout.as_millis() as u64)),
                 nodes: Vec::new(),
             },
         };
@@ -192,120 +281,53 @@ impl<S: Store> Limiter<S> {
 
     /// What the limiter decides when the store fails.
     pub fn failure_mode(&self) -> FailureMode {
-        self.failure_mode
+        self.fallback.mode
     }
 
     /// The most counters one check's policy may touch now.
     pub fn max_counters(&self) -> usize {
-        self.max_counters.load(std::sync::atomic::Ordering::Relaxed)
+        self.max_counters.load(Ordering::Relaxed)
     }
 
     /// Change [`max_counters`](Self::max_counters) while serving (a reload):
     /// checks from now on are held to the new bound.
     pub fn set_max_counters(&self, max_counters: usize) {
-        self.max_counters
-            .store(max_counters, std::sync::atomic::Ordering::Relaxed);
+        self.max_counters.store(max_counters, Ordering::Relaxed);
     }
 
     pub fn store(&self) -> &S {
-        &self.store
+        &self.exchange.store
     }
 
     pub fn metrics(&self) -> MetricsSnapshot {
         self.metrics.snapshot()
     }
 
+    /// The limiter's metrics, to register into a Prometheus registry
+    /// ([`Metrics::register`]).
+    pub fn metrics_handles(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Bring the gauges (near-cache entries) up to date before a scrape.
+    pub fn refresh_gauges(&self) {
+        let entries = self.screen.near_cache.settled_len();
+        self.metrics.set_near_cache_entries(entries);
+    }
+
     /// Counters held by failure mode `local` (expired ones not yet reused
     /// included).
     pub fn local_counters(&self) -> usize {
-        self.local.len()
+        self.fallback.local.len()
     }
 
     /// The near-cache's weight in bytes, settled (not for the request path).
     pub fn near_cache_bytes(&self) -> u64 {
-        self.near_cache.settled_weight()
+        self.screen.near_cache.settled_weight()
     }
 
     /// Keys currently remembered by the near-cache.
     pub fn near_cache_len(&self) -> u64 {
-        self.near_cache.len()
-    }
-
-    async fn decide(
-        &self,
-        key: &str,
-        policy: &Policy,
-        cost: u64,
-        mut counting: Counting,
-        started: Instant,
-    ) -> Result<Decision, CheckError> {
-        validate(key, policy, cost, self.max_counters())?;
-        let deadline = Deadline::starting_at(started.into(), self.timeout);
-        // A check that can never pass must not be counted, even for the
-        // instant before its rollback: answer it as a peek.
-        if counting == Counting::IfAdmitted && cost > policy.max_cost() {
-            counting = Counting::Never;
-        }
-        let digest = KeyDigest::of(policy.scope(), key);
-        let near_key = NearKey::new(digest, policy);
-        let now_ms = self.clock.now_ms();
-        let read_again = if counting == Counting::Always {
-            false
-        } else {
-            match self
-                .near_cache_refusal(digest, near_key, policy, cost, now_ms, deadline)
-                .await
-            {
-                Screened::Refused(refused) => return Ok(self.done(refused)),
-                Screened::Passed { read_again } => read_again,
-            }
-        };
-        let arrival = coalesce::Arrival {
-            digest,
-            near_key,
-            cost,
-            counting,
-            now_ms,
-            deadline,
-            read_again,
-        };
-        match &self.coalescer {
-            Some(coalescer) => self.decide_together(coalescer, policy, arrival).await,
-            // Without coalescing, a check is a batch of one.
-            None => {
-                self.lead(&mut coalesce::Lead::alone(), policy, arrival)
-                    .await
-            }
-        }
-    }
-
-    /// Take back a rejected request's increments. Returns each current
-    /// counter's value after, when known. Sent however little of the
-    /// check's time is left, and waited for only until its deadline. The
-    /// increment is never retried: if this fails, the cost stays counted
-    /// until the bucket expires, which errs on the side of rejecting.
-    async fn roll_back(
-        &self,
-        deadline: Deadline,
-        currents: &[CounterKey],
-        cost: u64,
-        now_ms: u64,
-    ) -> Option<Vec<Option<u64>>> {
-        match self
-            .timed_sent(deadline, self.store.subtract(currents, cost, now_ms))
-            .await
-        {
-            Ok(values) => Some(values),
-            Err(error) => {
-                self.metrics.rollback_failure();
-                tracing::warn!(%error, cost, "could not take back a rejected request's increment");
-                None
-            }
-        }
-    }
-
-    fn done(&self, decision: Decision) -> Decision {
-        self.metrics.decision(decision.source, decision.allowed);
-        decision
+        self.screen.near_cache.len()
     }
 }

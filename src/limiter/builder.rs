@@ -2,10 +2,13 @@
 //! [`LimiterBuilder`], and [`Limiter::new`] for the defaults as they are.
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
-use super::{DEFAULT_NEAR_CACHE_CAPACITY, DEFAULT_TIMEOUT, FailureMode, Limiter, coalesce};
+use super::exchange::Exchange;
+use super::fallback::Fallback;
+use super::screen::Screen;
+use super::{DEFAULT_NEAR_CACHE_CAPACITY, DEFAULT_TIMEOUT, FailureMode, Limiter};
 use crate::clock::{Clock, SystemClock};
 use crate::metrics::Metrics;
 use crate::near_cache::{DEFAULT_REVALIDATE, NearCache};
@@ -83,7 +86,7 @@ impl<S: Store> LimiterBuilder<S> {
     }
 
     /// Whether concurrent checks of one key and policy share one store
-    /// exchange (on by default; see the `coalesce` module): exact either
+    /// exchange (on by default; see the exchange stage): exact either
     /// way, and a hot key costs a fraction of an exchange per check.
     pub fn coalesce(mut self, coalesce: bool) -> Self {
         self.coalesce = coalesce;
@@ -91,24 +94,29 @@ impl<S: Store> LimiterBuilder<S> {
     }
 
     pub fn build(self) -> Limiter<S> {
+        let metrics = Arc::new(Metrics::default());
+        let near_cache = NearCache::bounded(self.near_cache_capacity, self.near_cache_max_bytes)
+            .with_revalidate(self.near_cache_revalidate);
         Limiter {
-            store: Arc::new(self.store),
+            screen: Screen { near_cache },
+            exchange: Exchange::new(
+                self.store,
+                self.coalesce,
+                self.timeout,
+                metrics.clone(),
+                self.failure_mode,
+            ),
+            fallback: Fallback {
+                mode: self.failure_mode,
+                local: MemoryStore::with_capacity(self.local_capacity),
+            },
+            metrics,
             clock: self.clock,
-            near_cache: NearCache::bounded(self.near_cache_capacity, self.near_cache_max_bytes)
-                .with_revalidate(self.near_cache_revalidate),
-            timeout: self.timeout,
-            failure_mode: self.failure_mode,
-            max_counters: std::sync::atomic::AtomicUsize::new(self.max_counters),
-            local: MemoryStore::with_capacity(self.local_capacity),
-            metrics: Metrics::default(),
-            store_healthy: AtomicBool::new(true),
-            coalescer: self.coalesce.then(coalesce::Coalescer::default),
+            max_counters: AtomicUsize::new(self.max_counters),
         }
     }
-}
 
-impl<S: Store> Limiter<S> {
-    pub fn builder(store: S) -> LimiterBuilder<S> {
+    pub(super) fn new(store: S) -> LimiterBuilder<S> {
         LimiterBuilder {
             store,
             clock: Arc::new(SystemClock),
@@ -121,10 +129,5 @@ impl<S: Store> Limiter<S> {
             local_capacity: DEFAULT_MEMORY_CAPACITY,
             coalesce: true,
         }
-    }
-
-    /// A limiter with the default settings.
-    pub fn new(store: S) -> Limiter<S> {
-        Limiter::builder(store).build()
     }
 }

@@ -71,6 +71,7 @@ pub(super) fn all(digest: KeyDigest, policy: &Policy, now_ms: u64) -> Counters {
 
 impl Layout {
     /// Counters of this limit, the ones before the epoch included.
+    #[cfg(test)]
     pub(super) fn len(&self) -> usize {
         (self.before_epoch + self.older) as usize + 1
     }

@@ -16,14 +16,13 @@
 //! Every other call (rare: rollbacks, resets) has a timer.
 
 use std::pin::Pin;
-use std::sync::atomic::Ordering;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::Limiter;
-use crate::store::{BatchCounts, CallDeadline, CounterBatch, Store, StoreError};
+use super::exchange::Exchange;
+use crate::store::{Store, StoreError};
 
 /// When a check's store work must be done by (monotonic: a wall clock set
 /// back must not extend it).
@@ -56,6 +55,14 @@ impl Deadline {
         self.at
     }
 
+    /// The deadline as a store keeps it.
+    pub(super) fn for_store(&self) -> crate::store::CallDeadline {
+        crate::store::CallDeadline {
+            at: self.at.into_std(),
+            timeout: self.timeout,
+        }
+    }
+
     /// The error a check's store work ends with when its time is up.
     pub(super) fn ran_out(&self) -> StoreError {
         StoreError::Timeout(self.timeout.as_millis() as u64)
@@ -71,105 +78,8 @@ impl Deadline {
     }
 }
 
-impl<S: Store> Limiter<S> {
-    /// A store call with the time left until `deadline`, its outcome
-    /// recorded; with no time left it is not made.
-    pub(super) fn timed<T, F>(&self, deadline: Deadline, call: F) -> Timed<'_, S, F>
-    where
-        F: Future<Output = Result<T, StoreError>>,
-    {
-        self.bounded(deadline, call, false)
-    }
-
-    /// [`timed`](Self::timed), the deadline kept by the store when
-    /// `kept_by_store` (it was given it), else by a timer.
-    fn bounded<T, F>(&self, deadline: Deadline, call: F, kept_by_store: bool) -> Timed<'_, S, F>
-    where
-        F: Future<Output = Result<T, StoreError>>,
-    {
-        // One reading of the clock: whether time is left, and when the call
-        // started.
-        let started = Instant::now();
-        let passed = deadline.passed_at(started);
-        if passed {
-            // A store too slow for this check: counted, but not a call.
-            self.metrics.store_error(&deadline.ran_out());
-        }
-        Timed {
-            limiter: self,
-            deadline,
-            started,
-            call: (!passed).then(|| {
-                if kept_by_store {
-                    Bounded::ByStore { call }
-                } else {
-                    Bounded::by_timer(deadline, call)
-                }
-            }),
-        }
-    }
-
-    /// The store's `read_and_add` of `batch`, as [`timed`](Self::timed);
-    /// bounded by the store itself when the batch carries the deadline
-    /// (see [`store_deadline`](Self::store_deadline)), else by a timer.
-    pub(super) fn timed_read_and_add<'a>(
-        &'a self,
-        deadline: Deadline,
-        batch: &'a CounterBatch,
-    ) -> Timed<'a, S, impl Future<Output = Result<BatchCounts, StoreError>> + Send + 'a> {
-        let kept_by_store = batch.deadline.is_some();
-        self.bounded(deadline, self.store.read_and_add(batch), kept_by_store)
-    }
-
-    /// `deadline` for a batch, when the store keeps it itself.
-    pub(super) fn store_deadline(&self, deadline: Deadline) -> Option<CallDeadline> {
-        self.store.keeps_deadlines().then(|| CallDeadline {
-            at: deadline.at.into_std(),
-            timeout: deadline.timeout,
-        })
-    }
-
-    /// A store call that is made even when no time is left (a rollback),
-    /// and waited for until `deadline`. Its first poll hands it to the store
-    /// (a Memcached node queues it before it waits, and sends it whether or
-    /// not its caller still waits), and `timeout_at` polls the call before
-    /// it looks at the time.
-    pub(super) fn timed_sent<T, F>(&self, deadline: Deadline, call: F) -> Timed<'_, S, F>
-    where
-        F: Future<Output = Result<T, StoreError>>,
-    {
-        Timed {
-            limiter: self,
-            deadline,
-            started: Instant::now(),
-            call: Some(Bounded::by_timer(deadline, call)),
-        }
-    }
-
-    /// Record a finished store call. Logs only when the store's health
-    /// changes, so an outage under load is one line, not one per request.
-    fn record_call<T>(&self, started: Instant, result: &Result<T, StoreError>) {
-        self.metrics
-            .store_call(started.elapsed(), result.as_ref().err());
-        match result {
-            Ok(_) => {
-                if !self.store_healthy.swap(true, Ordering::Relaxed) {
-                    tracing::info!(store = self.store.kind(), "store answers again");
-                }
-            }
-            Err(error) => {
-                if self.store_healthy.swap(false, Ordering::Relaxed) {
-                    tracing::warn!(store = self.store.kind(), %error, mode = ?self.failure_mode, "store failing; the failure mode decides until it answers");
-                } else {
-                    tracing::debug!(store = self.store.kind(), %error, "store call failed");
-                }
-            }
-        }
-    }
-}
-
 pin_project_lite::pin_project! {
-    /// A store call bounded by a check's deadline ([`Limiter::timed`]).
+    /// A store call bounded by a check's deadline (`Exchange::timed`).
     ///
     /// A future of its own rather than an `async fn` wrapping the call: an
     /// async wrapper keeps the call it was given beside the one it awaits,
@@ -177,7 +87,7 @@ pin_project_lite::pin_project! {
     /// check's future was 7 KB, and moving it cost more CPU than the
     /// decision (see the commit that made this).
     pub(super) struct Timed<'a, S: Store, F> {
-        limiter: &'a Limiter<S>,
+        exchange: &'a Exchange<S>,
         deadline: Deadline,
         started: Instant,
         // `None`: the deadline had passed, and the call was not made.
@@ -189,15 +99,37 @@ pin_project_lite::pin_project! {
 pin_project_lite::pin_project! {
     /// Who keeps a call's deadline.
     #[project = BoundedProjection]
-    enum Bounded<F> {
+    pub(super) enum Bounded<F> {
         /// The store, which answers [`StoreError::Timeout`] when it passes.
         ByStore { #[pin] call: F },
         ByTimer { #[pin] call: tokio::time::Timeout<F> },
     }
 }
 
+impl<'a, S: Store, F> Timed<'a, S, F> {
+    /// `call` (`None`: not made, the deadline had passed), recorded by
+    /// `exchange` when it ends.
+    pub(super) fn new(
+        exchange: &'a Exchange<S>,
+        deadline: Deadline,
+        started: Instant,
+        call: Option<Bounded<F>>,
+    ) -> Self {
+        Timed {
+            exchange,
+            deadline,
+            started,
+            call,
+        }
+    }
+}
+
 impl<F: Future> Bounded<F> {
-    fn by_timer(deadline: Deadline, call: F) -> Bounded<F> {
+    pub(super) fn by_store(call: F) -> Bounded<F> {
+        Bounded::ByStore { call }
+    }
+
+    pub(super) fn by_timer(deadline: Deadline, call: F) -> Bounded<F> {
         Bounded::ByTimer {
             call: tokio::time::timeout_at(deadline.at, call),
         }
@@ -222,7 +154,7 @@ where
                 Err(_) => Err(this.deadline.ran_out()),
             },
         };
-        this.limiter.record_call(*this.started, &result);
+        this.exchange.record_call(*this.started, &result);
         Poll::Ready(result)
     }
 }

@@ -1,59 +1,50 @@
-//! What happens around a decision: its time and outcome counted under its
-//! policy's name ([`crate::metrics`]), and shadow mode applied. Kept apart
-//! from the decision itself, which does not need to know.
+//! The last stage, observe: a decision's time and outcome counted under
+//! its policy's name ([`crate::metrics`]), and shadow mode applied. Kept
+//! apart from the decision itself, which does not need to know. Every
+//! entry point's decisions pass here, once.
 
 use std::time::Instant;
 
-use super::{CheckError, Decision, Limiter};
+use super::{CheckError, Decision};
 use crate::metrics::Metrics;
 use crate::policy::Policy;
-use crate::store::Store;
 
-impl<S: Store> Limiter<S> {
-    /// A check or peek's result, timed from `started` and counted by
-    /// policy; shadow mode applied. Not a wrapper future around the
-    /// decision: that would hold the decision's whole state twice.
-    pub(super) fn observed(
-        &self,
-        policy: &Policy,
-        mut result: Result<Decision, CheckError>,
-        started: Instant,
-    ) -> Result<Decision, CheckError> {
-        if policy.is_shadow() {
-            result = result.map(shadowed);
+/// A decision's result, timed from `started`, counted by source and by
+/// policy; shadow mode applied when `shadow` (checks and peeks, not
+/// reports).
+pub(super) fn observed(
+    metrics: &Metrics,
+    policy: &Policy,
+    mut result: Result<Decision, CheckError>,
+    started: Instant,
+    shadow: bool,
+) -> Result<Decision, CheckError> {
+    match &result {
+        Ok(decision) => metrics.decision(decision.source, decision.allowed),
+        Err(CheckError::StoreUnavailable(_)) => {
+            metrics.decision(crate::source::Source::Fallback, false)
         }
-        self.record(policy, &result, started);
-        result
+        Err(_) => {}
     }
-
-    pub(super) fn record(
-        &self,
-        policy: &Policy,
-        result: &Result<Decision, CheckError>,
-        started: Instant,
-    ) {
-        let took = started.elapsed();
-        match result {
-            Ok(decision) => self
-                .metrics
-                .decided(policy.scope(), decision.decided(), took),
-            Err(CheckError::StoreUnavailable(_)) => {
-                self.metrics.refused_by_failure(policy.scope(), took)
-            }
-            Err(_) => {}
-        }
+    if shadow && policy.is_shadow() {
+        result = result.map(shadowed);
     }
+    record(metrics, policy, &result, started);
+    result
+}
 
-    /// The limiter's metrics, to register into a Prometheus registry
-    /// ([`Metrics::register`]).
-    pub fn metrics_handles(&self) -> &Metrics {
-        &self.metrics
-    }
-
-    /// Bring the gauges (near-cache entries) up to date before a scrape.
-    pub fn refresh_gauges(&self) {
-        self.metrics
-            .set_near_cache_entries(self.near_cache.settled_len());
+/// Count a finished decision under its policy.
+pub(super) fn record(
+    metrics: &Metrics,
+    policy: &Policy,
+    result: &Result<Decision, CheckError>,
+    started: Instant,
+) {
+    let took = started.elapsed();
+    match result {
+        Ok(decision) => metrics.decided(policy.scope(), decision.decided(), took),
+        Err(CheckError::StoreUnavailable(_)) => metrics.refused_by_failure(policy.scope(), took),
+        Err(_) => {}
     }
 }
 

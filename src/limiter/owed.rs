@@ -1,43 +1,62 @@
 //! Additions no caller has been told of yet: a coalesced leader's own cost
-//! while it awaits its batch's take-back, a multi-key request's answered
-//! batch while others are in flight. Dropped before it is claimed (the
-//! caller gave up), what is owed is taken back at once, so the store counts
-//! only what callers were told was counted.
+//! while it awaits its batch's take-back, a request's answered batch while
+//! its other parts are in flight. Dropped before it is claimed (the caller
+//! gave up), what is owed is taken back at once, so the store counts only
+//! what callers were told was counted.
 
-use super::Limiter;
+use smallvec::SmallVec;
+
 use crate::join::start_now;
 use crate::store::{CounterKey, Store};
 
-/// `amount` added to each of `counters` at `now_ms`, in the store or in
-/// failure mode `local`'s counters; 0 when nothing was added.
-pub(super) struct Owed<'a, S: Store> {
-    pub(super) limiter: &'a Limiter<S>,
-    pub(super) counters: &'a [CounterKey],
-    pub(super) amount: u64,
-    pub(super) now_ms: u64,
-    pub(super) local: bool,
+/// Each `(counters, amount)` added at `now_ms` to `store`; an amount of 0
+/// when nothing was added there.
+pub(super) struct Owed<'a, T: Store> {
+    store: &'a T,
+    takes: SmallVec<[(&'a [CounterKey], u64); 1]>,
+    now_ms: u64,
 }
 
-impl<S: Store> Owed<'_, S> {
+impl<'a, T: Store> Owed<'a, T> {
+    /// `amount` added to each of `counters`.
+    pub(super) fn one(
+        store: &'a T,
+        counters: &'a [CounterKey],
+        amount: u64,
+        now_ms: u64,
+    ) -> Owed<'a, T> {
+        Owed::many(store, [(counters, amount)], now_ms)
+    }
+
+    /// Each `(counters, amount)`.
+    pub(super) fn many(
+        store: &'a T,
+        takes: impl IntoIterator<Item = (&'a [CounterKey], u64)>,
+        now_ms: u64,
+    ) -> Owed<'a, T> {
+        Owed {
+            store,
+            takes: takes
+                .into_iter()
+                .filter(|(counters, amount)| *amount > 0 && !counters.is_empty())
+                .collect(),
+            now_ms,
+        }
+    }
+
     /// The caller has the answer: what was added is its to keep, or to
     /// take back itself.
-    pub(super) fn claimed(self) {
-        std::mem::forget(self);
+    pub(super) fn claimed(mut self) {
+        self.takes.clear();
     }
 }
 
-impl<S: Store> Drop for Owed<'_, S> {
+impl<T: Store> Drop for Owed<'_, T> {
     fn drop(&mut self) {
-        if self.amount == 0 || self.counters.is_empty() {
-            return;
-        }
         // A store starts a subtraction on its first poll and finishes it
         // whoever waits (see `Store::subtract`): start it, and leave.
-        let (counters, amount, now_ms) = (self.counters, self.amount, self.now_ms);
-        if self.local {
-            start_now(self.limiter.local.subtract(counters, amount, now_ms));
-        } else {
-            start_now(self.limiter.store.subtract(counters, amount, now_ms));
+        for &(counters, amount) in &self.takes {
+            start_now(self.store.subtract(counters, amount, self.now_ms));
         }
     }
 }

@@ -2,33 +2,40 @@
 //! next check starts from zero (`POST /v1/reset`). Other instances see it
 //! when their near-cache entry for the key is next revalidated.
 
-use super::*;
-use crate::store::Counters;
+use super::counters::layout;
+use super::deadline::Deadline;
+use super::exchange::Exchange;
+use super::fallback::Fallback;
+use super::screen::Screen;
+use super::{CheckError, Policy};
+use crate::near_cache::NearKey;
+use crate::store::{CounterKey, Counters, KeyDigest, Store};
 
-impl<S: Store> Limiter<S> {
-    /// Remove `key`'s counters under `policy` from the store (and from
-    /// failure mode `local`'s counters, and this instance's near-cache).
-    /// Returns how many counters the store held.
-    pub async fn reset(&self, key: &str, policy: &Policy) -> Result<usize, CheckError> {
-        validate(key, policy, 1, self.max_counters())?;
-        let digest = KeyDigest::of(policy.scope(), key);
-        let now_ms = self.clock.now_ms();
-        let counters = reset_counters(digest, policy, now_ms);
-        let removed = self
-            .timed(
-                Deadline::after(self.timeout),
-                self.store.remove(&counters, now_ms),
-            )
-            .await
-            .map_err(CheckError::StoreUnavailable)?;
-        // After the store: a reset it could not carry out is answered as
-        // nothing reset, so nothing is. In memory, this cannot fail.
-        let _ = self.local.remove(&counters, now_ms).await;
-        // After the store, so that a refusal decided meanwhile on the old
-        // counts cannot be remembered past the reset here.
-        self.near_cache.forget(&NearKey::new(digest, policy));
-        Ok(removed)
-    }
+/// Remove `key`'s counters under `policy` from the store (and from failure
+/// mode `local`'s counters, and this instance's near-cache). Returns how
+/// many counters the store held.
+pub(super) async fn reset<S: Store>(
+    (exchange, fallback, screen): (&Exchange<S>, &Fallback, &Screen),
+    key: &str,
+    policy: &Policy,
+    now_ms: u64,
+) -> Result<usize, CheckError> {
+    let digest = KeyDigest::of(policy.scope(), key);
+    let counters = reset_counters(digest, policy, now_ms);
+    let removed = exchange
+        .timed(
+            Deadline::after(exchange.timeout),
+            exchange.store.remove(&counters, now_ms),
+        )
+        .await
+        .map_err(CheckError::StoreUnavailable)?;
+    // After the store: a reset it could not carry out is answered as
+    // nothing reset, so nothing is. In memory, this cannot fail.
+    let _ = fallback.local.remove(&counters, now_ms).await;
+    // After the store, so that a refusal decided meanwhile on the old
+    // counts cannot be remembered past the reset here.
+    screen.near_cache.forget(&NearKey::new(digest, policy));
+    Ok(removed)
 }
 
 /// Every counter a check of `policy` may read at `now_ms`, and each
@@ -53,8 +60,11 @@ fn reset_counters(digest: KeyDigest, policy: &Policy, now_ms: u64) -> Counters {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::policy::Limit;
+    use std::time::Duration;
+
+    use crate::limiter::{CheckError, Limiter, Source};
+    use crate::policy::{Limit, Policy};
+    use crate::store::MemoryStore;
 
     #[tokio::test]
     async fn a_reset_key_starts_from_zero_and_others_keep_their_counts() {

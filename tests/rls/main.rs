@@ -13,6 +13,7 @@ mod common;
 mod bad_requests;
 mod counting;
 mod guard;
+mod hot;
 mod refusal_log;
 mod replicas;
 mod rules;

@@ -10,12 +10,13 @@ use std::sync::{Arc, Mutex, PoisonError};
 use smallvec::SmallVec;
 use tokio::sync::oneshot;
 
+use super::super::CheckError;
 use super::super::deadline::Deadline;
-use super::super::{CheckError, Decision};
+use super::super::request::{Costs, Decisions, Part};
 use crate::join::start_now;
-use crate::near_cache::NearKey;
+use crate::near_cache::{Items, NearKey};
 use crate::policy::Limit;
-use crate::store::{Counters, Store};
+use crate::store::{CounterKey, Counters, Store};
 use crate::window::Counting;
 
 /// The most checks one exchange decides.
@@ -25,10 +26,10 @@ pub(crate) const MAX_BATCH: usize = 256;
 const SHARDS: usize = 32;
 
 /// What a gathered check is told.
-pub(super) enum Turn {
-    /// Its answer, and the take-back of its cost if it was counted and the
-    /// answer is dropped unread.
-    Decided(Result<Decision, CheckError>, Counted),
+pub(in crate::limiter) enum Turn {
+    /// Its answer, and the take-back of its costs if it was counted and
+    /// the answer is dropped unread.
+    Decided(Result<Decisions, CheckError>, Counted),
     /// Run the next exchange, for itself (first) and the others it holds.
     Lead(HandOff),
 }
@@ -39,47 +40,57 @@ pub(super) enum Turn {
 /// connections do for an outcome nobody claims. The take-back is the
 /// batch's, shared by all its counted answers: one allocation a batch,
 /// not one a check.
-pub(super) struct Counted(Option<(Arc<dyn TakeBack>, u64)>);
+pub(in crate::limiter) struct Counted(Option<(Arc<dyn TakeBack>, Costs)>);
 
-/// How a batch takes back one counted answer's cost.
-pub(super) trait TakeBack: Send + Sync {
-    fn take_back(&self, cost: u64);
+/// How a batch takes back one counted answer's costs (one per part).
+pub(in crate::limiter) trait TakeBack: Send + Sync {
+    fn take_back(&self, costs: &[u64]);
 }
 
 impl Counted {
-    pub(super) const NOTHING: Counted = Counted(None);
+    pub(in crate::limiter) const NOTHING: Counted = Counted(None);
 
-    /// An answer of `cost` that `take_back` takes back if it is dropped
+    /// An answer of `costs` that `take_back` takes back if it is dropped
     /// unread.
-    pub(super) fn taking_back(take_back: Arc<dyn TakeBack>, cost: u64) -> Counted {
-        Counted(Some((take_back, cost)))
+    pub(in crate::limiter) fn taking_back(take_back: Arc<dyn TakeBack>, costs: Costs) -> Counted {
+        Counted(Some((take_back, costs)))
     }
 
     /// The answer was read: its count stands.
-    pub(super) fn claim(mut self) {
+    pub(in crate::limiter) fn claim(mut self) {
         self.0 = None;
     }
 }
 
 impl Drop for Counted {
     fn drop(&mut self) {
-        if let Some((take_back, cost)) = self.0.take() {
-            take_back.take_back(cost);
+        if let Some((take_back, costs)) = self.0.take() {
+            take_back.take_back(&costs);
         }
     }
 }
 
-/// Takes a counted answer's cost back from the counters its batch added
-/// to (see [`Counted`]).
-pub(super) struct StoreTakeBack<S: Store> {
-    pub(super) store: S,
-    pub(super) counters: Counters,
-    pub(super) now_ms: u64,
+/// Takes a counted answer's costs back from the counters its batch added
+/// to, part by part (see [`Counted`]).
+pub(in crate::limiter) struct StoreTakeBack<S: Store> {
+    pub(in crate::limiter) store: S,
+    pub(in crate::limiter) counters: SmallVec<[Counters; 1]>,
+    pub(in crate::limiter) now_ms: u64,
 }
 
 impl<S: Store> TakeBack for StoreTakeBack<S> {
-    fn take_back(&self, cost: u64) {
-        start_now(self.store.subtract(&self.counters, cost, self.now_ms));
+    fn take_back(&self, costs: &[u64]) {
+        if let ([counters], [cost]) = (self.counters.as_slice(), costs) {
+            start_now(self.store.subtract(counters, *cost, self.now_ms));
+            return;
+        }
+        let takes: Vec<(&[CounterKey], u64)> = self
+            .counters
+            .iter()
+            .zip(costs)
+            .map(|(counters, &cost)| (counters.as_slice(), cost))
+            .collect();
+        start_now(self.store.subtract_many(&takes, self.now_ms));
     }
 }
 
@@ -87,7 +98,7 @@ impl<S: Store> TakeBack for StoreTakeBack<S> {
 /// Dropped untaken (that check's caller gave up before it read its turn),
 /// it passes itself on, so a key is never left marked in flight with no
 /// one to run it.
-pub(super) struct HandOff {
+pub(in crate::limiter) struct HandOff {
     shards: Arc<Shards>,
     key: InFlight,
     others: Option<Vec<Member>>,
@@ -95,7 +106,7 @@ pub(super) struct HandOff {
 
 impl HandOff {
     /// The batch's other checks, for the new leader to run.
-    pub(super) fn take(mut self) -> Vec<Member> {
+    pub(in crate::limiter) fn take(mut self) -> Vec<Member> {
         self.others.take().unwrap_or_default()
     }
 }
@@ -108,9 +119,10 @@ impl Drop for HandOff {
     }
 }
 
-/// A check waiting for its batch's exchange.
-pub(super) struct Member {
-    pub cost: u64,
+/// A request waiting for its batch's exchange.
+pub(in crate::limiter) struct Member {
+    /// One per part.
+    pub costs: Costs,
     /// When its store work must be done by: its leader answers it then, by
     /// the failure mode, if the exchange is not back (it has no timer of
     /// its own).
@@ -128,7 +140,7 @@ impl Member {
     /// Hand it its answer. False when its caller stopped waiting (or it
     /// was answered already): then nothing of the answer was taken, and
     /// the leader accounts for it.
-    pub fn answer(&mut self, result: Result<Decision, CheckError>, counted: Counted) -> bool {
+    pub fn answer(&mut self, result: Result<Decisions, CheckError>, counted: Counted) -> bool {
         let Some(reply) = self.reply.take() else {
             counted.claim();
             return false;
@@ -152,11 +164,15 @@ impl Member {
 /// hour beside 1,000 an hour over the same window, a policy reloaded while
 /// checks are in flight) must never share one.
 #[derive(Clone, PartialEq, Eq)]
-pub(super) struct InFlight {
-    near_key: NearKey,
+pub(in crate::limiter) struct InFlight {
+    /// Each part's key and limits: inline for one part of up to two
+    /// limits, so most checks allocate nothing for it.
+    parts: SmallVec<[(NearKey, SmallVec<[Limit; 2]>); 1]>,
     counting: Counting,
-    /// Inline for up to two limits: no allocation for most policies.
-    limits: SmallVec<[Limit; 2]>,
+    /// What the batch's refusals are remembered as: the parts left of a
+    /// request of several items the screen refused one of never gather
+    /// with a lone item's.
+    by: Items,
     /// Of the key and kind only, computed once ([`Coalescer::in_flight`]):
     /// equal keys hash alike, keys of one key under other limits (rare)
     /// meet in the table and are told apart by equality. Hashing the
@@ -185,7 +201,7 @@ struct Shards {
 }
 
 /// What [`Coalescer::join`] found.
-pub(super) enum Joined {
+pub(in crate::limiter) enum Joined {
     /// Nothing in flight for the key: go now, and lead.
     Lead,
     /// Wait for the turn.
@@ -220,31 +236,43 @@ fn find<'a>(shard: &'a mut Shard, key: &InFlight) -> Option<&'a mut VecDeque<Mem
 }
 
 impl Coalescer {
-    /// The key a check of `near_key` (`counting`, under `limits`) is in
-    /// flight as, hashed once here for all its lookups.
-    pub(super) fn in_flight(
+    /// The key a request of `parts` (`counting`) is in flight as, hashed
+    /// once here for all its lookups.
+    pub(in crate::limiter) fn in_flight(
         &self,
-        near_key: NearKey,
+        parts: &[Part<'_>],
         counting: Counting,
-        limits: &[Limit],
+        by: Items,
     ) -> InFlight {
+        let near_keys: SmallVec<[NearKey; 1]> = parts.iter().map(|part| part.near_key).collect();
         InFlight {
-            near_key,
+            parts: parts
+                .iter()
+                .map(|part| (part.near_key, SmallVec::from_slice(part.limits())))
+                .collect(),
             counting,
-            limits: SmallVec::from_slice(limits),
-            hash: self.shards.hasher.hash_one((near_key, counting)),
+            by,
+            hash: self
+                .shards
+                .hasher
+                .hash_one((near_keys.as_slice(), counting)),
         }
     }
 
     /// A check of `key` arrives: it leads when nothing is in flight,
     /// otherwise it waits behind the exchange in flight.
-    pub(super) fn join(&self, key: &InFlight, cost: u64, deadline: Deadline) -> Joined {
+    pub(in crate::limiter) fn join(
+        &self,
+        key: &InFlight,
+        costs: &Costs,
+        deadline: Deadline,
+    ) -> Joined {
         let mut shard = self.shards.shard(key);
         match find(&mut shard, key) {
             Some(waiting) => {
                 let (reply, turn) = oneshot::channel();
                 waiting.push_back(Member {
-                    cost,
+                    costs: costs.clone(),
                     deadline,
                     reply: Some(reply),
                 });
@@ -260,7 +288,7 @@ impl Coalescer {
     }
 
     /// The exchange for `key` is over: hand the lead on (see [`pass_on`]).
-    pub(super) fn pass_on(&self, key: InFlight, left: Vec<Member>) {
+    pub(in crate::limiter) fn pass_on(&self, key: InFlight, left: Vec<Member>) {
         pass_on(&self.shards, key, left);
     }
 }
@@ -317,9 +345,9 @@ fn pass_on(shards: &Arc<Shards>, key: InFlight, mut left: Vec<Member>) {
 pub(in crate::limiter) struct Lead<'a> {
     /// Whose turn it holds; `None` for a check decided alone (coalescing
     /// off).
-    pub(super) turn: Option<(&'a Coalescer, InFlight)>,
-    /// The other checks of the batch, until they are answered.
-    pub(super) others: Vec<Member>,
+    pub(in crate::limiter) turn: Option<(&'a Coalescer, InFlight)>,
+    /// The other requests of the batch, until they are answered.
+    pub(in crate::limiter) others: Vec<Member>,
 }
 
 impl Lead<'_> {

@@ -1,0 +1,222 @@
+//! The pipeline's front half: a request (a check is a request of one) is
+//! validated, screened by the near-cache part by part, and either joins
+//! the exchange in flight for the same parts or leads its own (`lead`).
+
+use tokio::sync::oneshot;
+
+use super::deadline::Deadline;
+use super::exchange::gather::{Coalescer, Joined, Lead, Member, Turn};
+use super::request::{Arrival, Costs, Decisions, Item, Part, Parts};
+use super::screen::Screened;
+use super::{CheckError, Decision, Limiter, Source, validate};
+use crate::near_cache::Items;
+use crate::store::{Store, StoreError};
+use crate::window::Counting;
+
+impl<S: Store> Limiter<S> {
+    /// Decide `items` as one request, `counting` as asked: one decision
+    /// per item, in order. An item the near-cache refuses, or one that can
+    /// never pass, decides the request without counting anything; the
+    /// others are then only read.
+    pub(super) async fn decide(
+        &self,
+        items: &[Item<'_>],
+        counting: Counting,
+        started: std::time::Instant,
+    ) -> Result<Decisions, CheckError> {
+        for item in items {
+            validate(item.key, item.policy, item.cost, self.max_counters())?;
+        }
+        let deadline = Deadline::starting_at(started.into(), self.exchange.timeout);
+        let now_ms = self.clock.now_ms();
+        let asking = Items::of(items.len());
+        // The screen's refusals, by index: none for most requests, and no
+        // allocation then.
+        let mut refused_first: Vec<(usize, Decision)> = Vec::new();
+        let (mut parts, mut costs, mut read_again) = (Parts::new(), Costs::new(), false);
+        for (index, item) in items.iter().enumerate() {
+            let part = Part::of(item.key, item.policy);
+            if counting != Counting::Always {
+                let screen = &self.screen;
+                match screen
+                    .screen(&self.exchange, part, item.cost, now_ms, deadline, asking)
+                    .await
+                {
+                    Screened::Refused(decision) => {
+                        refused_first.push((index, decision));
+                        continue;
+                    }
+                    Screened::Passed { read_again: again } => read_again |= again,
+                }
+            }
+            parts.push(part);
+            costs.push(item.cost);
+        }
+        if parts.is_empty() {
+            return Ok(refused_first
+                .into_iter()
+                .map(|(_, decision)| decision)
+                .collect());
+        }
+        // A request that can never pass must not be counted, even for the
+        // instant before its take-back: it is answered as a peek.
+        let doomed = !refused_first.is_empty()
+            || items.iter().any(|item| item.cost > item.policy.max_cost());
+        let counting = match counting {
+            Counting::IfAdmitted if doomed => Counting::Never,
+            counting => counting,
+        };
+        let arrival = Arrival {
+            parts,
+            costs,
+            counting,
+            now_ms,
+            deadline,
+            by: asking,
+            read_again,
+        };
+        let found = match &self.exchange.coalescer {
+            Some(coalescer) => self.gathered(coalescer, arrival).await?,
+            // Without coalescing, a request is a batch of one.
+            None => self.lead(&mut Lead::alone(), &arrival).await?,
+        };
+        if refused_first.is_empty() {
+            return Ok(found);
+        }
+        let mut found = found.into_iter();
+        let mut refused_first = refused_first.into_iter().peekable();
+        Ok((0..items.len())
+            .map(
+                |index| match refused_first.next_if(|(at, _)| *at == index) {
+                    Some((_, decision)) => decision,
+                    None => found.next().unwrap_or_else(refused),
+                },
+            )
+            .collect())
+    }
+
+    /// Decide a request the near-cache did not refuse, together with the
+    /// requests of its parts gathered behind the exchange in flight, if
+    /// any.
+    async fn gathered(
+        &self,
+        coalescer: &Coalescer,
+        arrival: Arrival<'_>,
+    ) -> Result<Decisions, CheckError> {
+        let key = coalescer.in_flight(&arrival.parts, arrival.counting, arrival.by);
+        // A request that leads at once decides at the instant it arrived;
+        // one handed the lead after waiting, at the clock's reading then.
+        let (others, now_ms) = match coalescer.join(&key, &arrival.costs, arrival.deadline) {
+            Joined::Lead => (Vec::new(), arrival.now_ms),
+            Joined::Wait(turn) => {
+                self.metrics.coalesced();
+                match self.wait(turn, &arrival).await {
+                    Ok(others) => (others, self.clock.now_ms()),
+                    Err(decided) => return decided,
+                }
+            }
+        };
+        let mut lead = Lead {
+            turn: Some((coalescer, key)),
+            others,
+        };
+        let mut arrival = arrival;
+        arrival.now_ms = now_ms;
+        self.lead(&mut lead, &arrival).await
+        // Dropping `lead` passes the turn to the next batch, once this
+        // batch's take-back (if any) has landed: the next batch then reads
+        // counts without this one's refused costs in them.
+    }
+
+    /// Wait for the turn: `Ok` with the batch to lead, or `Err` with the
+    /// answer (another leader's, or the failure mode's).
+    async fn wait(
+        &self,
+        turn: oneshot::Receiver<Turn>,
+        arrival: &Arrival<'_>,
+    ) -> Result<Vec<Member>, Result<Decisions, CheckError>> {
+        let turn = if arrival.read_again {
+            match arrival.deadline.bound(wait_for_turn(turn)).await {
+                Ok(turn) => turn,
+                // Its place is given up (a counted answer arriving now is
+                // taken back, a lead passed on), and the failure mode
+                // decides, as for a store call that ran out of time.
+                Err(error) => {
+                    self.metrics.store_error(&error);
+                    return Err(Box::pin(self.fall_back_now(error, arrival)).await);
+                }
+            }
+        } else {
+            wait_for_turn(turn).await
+        };
+        match turn {
+            Some(Turn::Decided(result, counted)) => {
+                counted.claim();
+                Err(result)
+            }
+            Some(Turn::Lead(hand_off)) => Ok(hand_off.take()),
+            // Its batch was dropped unanswered (nothing drops one today: a
+            // leader that gives up passes the lead on, and a batch is
+            // answered before it is let go). Nothing counted it: the
+            // failure mode decides, told so rather than told of a timeout
+            // that did not happen.
+            None => {
+                let error = StoreError::Unreachable(
+                    "the batch this check waited in ended unanswered".to_owned(),
+                );
+                Err(Box::pin(self.fall_back_now(error, arrival)).await)
+            }
+        }
+    }
+
+    /// The failure mode's decision for a request, alone, at the clock's
+    /// reading now.
+    async fn fall_back_now(
+        &self,
+        error: StoreError,
+        arrival: &Arrival<'_>,
+    ) -> Result<Decisions, CheckError> {
+        let (parts, costs) = (&arrival.parts, &arrival.costs);
+        let now_ms = self.clock.now_ms();
+        self.fallback
+            .decide(error, parts, costs, arrival.counting, now_ms)
+            .await
+    }
+}
+
+/// A gathered request's turn. No timer of its own: the exchange it waits
+/// behind is bounded by its leader's deadline, which falls before its own
+/// (that leader found nothing in flight: it arrived first, under the same
+/// timeout); then its batch's leader, the batch's latest request, answers
+/// it at its own deadline if that batch's exchange is not back by then
+/// (`answering_late_members`). A timer per gathered check, armed and
+/// cleared, was a fifth of a hot key's instructions. A request that read
+/// its near-cache entry again on the way spent part of its time first, so
+/// a leader that started after it may end later: that request waits with
+/// a timer ([`Arrival::read_again`]). `None` when the batch was dropped
+/// unanswered.
+///
+/// One case is not bounded: a leader whose future is neither polled nor
+/// dropped (its caller holds it unpolled) holds its key's turn, and the
+/// requests behind it wait until it is polled or dropped.
+///
+/// Unconstrained by tokio's cooperative budget: an answer that is there is
+/// always taken, never dropped unread for a budget-starved poll.
+async fn wait_for_turn(turn: oneshot::Receiver<Turn>) -> Option<Turn> {
+    tokio::task::unconstrained(turn).await.ok()
+}
+
+/// Never needed (every item is decided by the screen or by the exchange);
+/// a logic error then refuses rather than panics.
+pub(super) fn refused() -> Decision {
+    Decision {
+        allowed: false,
+        counted: false,
+        retry_after_ms: None,
+        limits: Vec::new(),
+        source: Source::Fallback,
+        shadow: false,
+        would_allow: false,
+        decided_at_ms: 0,
+    }
+}

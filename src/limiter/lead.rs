@@ -1,0 +1,413 @@
+//! The pipeline's back half, run by a batch's leader: the exchange for
+//! every request of the batch, the reckoning, the answers, the take-back,
+//! what the near-cache remembers; the failure mode when the store fails.
+
+use std::sync::Arc;
+use std::task::Poll;
+
+use smallvec::{SmallVec, smallvec};
+
+use super::boundary::{self, Crossing};
+use super::counters::{self, CountsByLimit};
+use super::exchange::After;
+use super::exchange::gather::{Counted, Lead, Member, StoreTakeBack, TakeBack};
+use super::owed::Owed;
+use super::reckon::{Reckoning, reckon, room_after_take_back};
+use super::request::{Arrival, Decisions};
+use super::screen::Read;
+use super::{CheckError, Decision, Limiter, Source};
+use crate::policy::Limit;
+use crate::store::{BatchCounts, CounterBatch, Store, StoreError};
+use crate::window::{Counting, Verdict};
+
+/// What a batch read, and how it was reckoned: for `settle`. Borrowed:
+/// moved into `settle`'s future, it would be held there beside the
+/// leader's own, and a check's future is moved whole at every level.
+struct Settling<'s> {
+    batches: &'s [CounterBatch],
+    counts: &'s [CountsByLimit],
+    reckoning: &'s mut Reckoning,
+    /// Its admissions crossed a boundary on the last attempt, and stand.
+    stood: bool,
+    now_ms: u64,
+    /// Whether a refusal may still go once more.
+    may_go_again: bool,
+}
+
+impl<S: Store> Limiter<S> {
+    /// Run the batch of this request (last in arrival order) and
+    /// `lead.others`: answer the others, take back what was refused,
+    /// remember a refusal in the near-cache; this request's own answer is
+    /// returned.
+    pub(super) async fn lead(
+        &self,
+        lead: &mut Lead<'_>,
+        arrival: &Arrival<'_>,
+    ) -> Result<Decisions, CheckError> {
+        let (mut now_ms, mut attempt, mut may_go_again) = (arrival.now_ms, 1, true);
+        loop {
+            lead.others.retain(Member::waiting);
+            let batches = self.batches(lead, arrival, now_ms);
+            let counts = match self.exchanged(lead, arrival, &batches).await {
+                Ok(found) => counts_of(arrival, &batches, found),
+                Err(error) => return self.fall_back_batch(lead, error, arrival, now_ms).await,
+            };
+            let limits = limits_of(arrival);
+            let costs = lead.others.iter().map(|member| member.costs.as_slice());
+            let costs = costs.chain(std::iter::once(arrival.costs.as_slice()));
+            let mut reckoning = reckon(&limits, &counts, now_ms, costs, arrival.counting);
+            let counted = arrival.counting == Counting::IfAdmitted && reckoning.kept_any();
+            let crossing = counted
+                .then(|| {
+                    let now = self.clock.now_ms();
+                    boundary::recheck(arrival.limits(), now_ms, now, attempt, self.fallback.mode)
+                })
+                .flatten();
+            let stood = match crossing {
+                None => false,
+                Some(Crossing::Stands(error)) => {
+                    self.metrics.store_error(&error);
+                    true
+                }
+                Some(crossing) => {
+                    let adding = &reckoning.adding;
+                    let deadline = arrival.deadline;
+                    Box::pin(self.exchange.take_back(deadline, &batches, adding)).await;
+                    if let Crossing::Refused(error) = crossing {
+                        self.metrics.store_error(&error);
+                        return self.fall_back_batch(lead, error, arrival, now_ms).await;
+                    }
+                    (now_ms, attempt) = (self.clock.now_ms(), attempt + 1);
+                    continue;
+                }
+            };
+            let settling = Settling {
+                batches: &batches,
+                counts: &counts,
+                reckoning: &mut reckoning,
+                stood,
+                now_ms,
+                may_go_again,
+            };
+            match self.settle(lead, arrival, settling).await {
+                Some(decisions) => return Ok(decisions),
+                None => (now_ms, may_go_again) = (self.clock.now_ms(), false),
+            }
+        }
+    }
+
+    /// Each part's batch at `now_ms`: the sum of the batch's costs added
+    /// to its current counters (nothing, for a peek).
+    fn batches(
+        &self,
+        lead: &Lead<'_>,
+        arrival: &Arrival<'_>,
+        now_ms: u64,
+    ) -> SmallVec<[CounterBatch; 1]> {
+        let store_deadline = self.exchange.store_deadline(arrival.deadline);
+        let counting = arrival.counting;
+        arrival
+            .parts
+            .iter()
+            .enumerate()
+            .map(|(index, part)| {
+                let others = lead.others.iter().map(|member| member.costs[index]);
+                let adding = others.sum::<u64>() + arrival.costs[index];
+                let layouts = counters::layouts(part.digest, part.policy, now_ms);
+                counters::batch(&layouts, adding, counting, now_ms, store_deadline)
+            })
+            .collect()
+    }
+
+    /// The store's answer for every part, the leader answering each other
+    /// request by the failure mode at its own deadline if it is not back.
+    async fn exchanged(
+        &self,
+        lead: &mut Lead<'_>,
+        arrival: &Arrival<'_>,
+        batches: &[CounterBatch],
+    ) -> Result<SmallVec<[BatchCounts; 1]>, StoreError> {
+        let deadline = arrival.deadline;
+        if let [batch] = batches {
+            let exchange = self.exchange.timed_read_and_add(deadline, batch);
+            // Boxed: a lone check's future (most checks) stays the size of
+            // its own exchange, without the batch's timer in it.
+            let found = if lead.others.is_empty() {
+                exchange.await
+            } else {
+                Box::pin(self.answering_late_members(lead, arrival, exchange)).await
+            };
+            return found.map(|found| smallvec![found]);
+        }
+        let exchange = self.exchange.read_and_add_many(deadline, batches);
+        Box::pin(self.answering_late_members(lead, arrival, exchange)).await
+    }
+
+    /// Answer the batch's requests as reckoned, take back what was refused
+    /// (and what callers who left were counted), remember refusals; this
+    /// request's own decisions. `None`: go once more (every request of
+    /// several parts refused, and the take-back left room: see
+    /// [`room_after_take_back`]).
+    async fn settle(
+        &self,
+        lead: &mut Lead<'_>,
+        arrival: &Arrival<'_>,
+        settling: Settling<'_>,
+    ) -> Option<Decisions> {
+        let Settling {
+            batches,
+            counts,
+            reckoning,
+            stood,
+            now_ms,
+            may_go_again,
+        } = settling;
+        let (counting, deadline) = (arrival.counting, arrival.deadline);
+        let mut after = None;
+        if arrival.parts.len() > 1 && counting == Counting::IfAdmitted && !reckoning.kept_any() {
+            let taking = std::mem::take(&mut reckoning.take_back);
+            let values = Box::pin(self.exchange.take_back(deadline, batches, &taking)).await;
+            reckoning.take_back = smallvec![0; taking.len()];
+            let limits = limits_of(arrival);
+            if may_go_again
+                && room_after_take_back(&limits, counts, &values, now_ms, &arrival.costs)
+            {
+                return None;
+            }
+            after = Some(values);
+        }
+        let decision_of = |verdict: Verdict| {
+            let decision = Decision::new(verdict, Source::Store);
+            if stood && decision.allowed {
+                boundary::stands(decision)
+            } else {
+                decision
+            }
+        };
+        let mut verdicts = std::mem::take(&mut reckoning.verdicts);
+        let mine = verdicts.pop().unwrap_or_default();
+        // The admitted first; the refused once the take-back has landed,
+        // so a refused caller that asks again finds the counts it left.
+        let mut others: Vec<Option<_>> = verdicts.into_iter().map(Some).collect();
+        let first = (counting, false);
+        self.answer_others(lead, batches, &mut others, reckoning, &decision_of, first);
+        let mine_counted = counting == Counting::IfAdmitted && mine.iter().all(|v| v.counted);
+        // This request's own count stands only if its caller gets the
+        // answer: dropped while the take-back below is awaited, it is
+        // taken back too.
+        let own = Owed::many(
+            &*self.exchange.store,
+            batches
+                .iter()
+                .zip(&arrival.costs)
+                .map(|(batch, &cost)| (batch.adds.as_slice(), if mine_counted { cost } else { 0 })),
+            now_ms,
+        );
+        let after = match after {
+            Some(after) => after,
+            None if reckoning.take_back.iter().any(|&back| back > 0) => {
+                let take_back = &reckoning.take_back;
+                Box::pin(self.exchange.take_back(deadline, batches, take_back)).await
+            }
+            None => After::new(),
+        };
+        own.claimed();
+        let rest = (counting, true);
+        self.answer_others(lead, batches, &mut others, reckoning, &decision_of, rest);
+        lead.others.clear();
+        self.remember_batch(arrival, counts, reckoning, &after, now_ms);
+        Some(mine.into_iter().map(decision_of).collect())
+    }
+
+    /// Hand each other request its decisions: on the first call, the
+    /// admitted ones (the ones that count); on the second, the rest. A
+    /// counted answer takes its costs back if its caller drops it unread;
+    /// one whose caller already left is taken back with the refused ones.
+    fn answer_others(
+        &self,
+        lead: &mut Lead<'_>,
+        batches: &[CounterBatch],
+        verdicts: &mut [Option<super::reckon::Verdicts>],
+        reckoning: &mut Reckoning,
+        decision_of: &impl Fn(Verdict) -> Decision,
+        (counting, refused_too): (Counting, bool),
+    ) {
+        // One take-back for the whole batch, shared by its counted answers.
+        let mut batch_take_back: Option<Arc<dyn TakeBack>> = None;
+        for (member, verdicts) in lead.others.iter_mut().zip(verdicts.iter_mut()) {
+            let counts = |verdicts: &mut super::reckon::Verdicts| {
+                counting != Counting::IfAdmitted || verdicts.iter().all(|verdict| verdict.counted)
+            };
+            let Some(verdicts) = verdicts.take_if(|verdicts| refused_too || counts(verdicts))
+            else {
+                continue;
+            };
+            let was_counted =
+                counting == Counting::IfAdmitted && verdicts.iter().all(|verdict| verdict.counted);
+            let counted = if was_counted {
+                let take_back = batch_take_back.get_or_insert_with(|| {
+                    Arc::new(StoreTakeBack {
+                        store: self.exchange.store.clone(),
+                        counters: batches.iter().map(|batch| batch.adds.clone()).collect(),
+                        now_ms: batches.first().map_or(0, |batch| batch.now_ms),
+                    })
+                });
+                Counted::taking_back(take_back.clone(), member.costs.clone())
+            } else {
+                Counted::NOTHING
+            };
+            let decisions = verdicts.into_iter().map(decision_of).collect();
+            if !member.answer(Ok(decisions), counted) && was_counted {
+                for (index, &cost) in member.costs.iter().enumerate() {
+                    reckoning.kept[index] -= cost;
+                    reckoning.take_back[index] += cost;
+                }
+            }
+        }
+    }
+
+    /// What the near-cache learns of the batch: each part that refused a
+    /// request, the counts the admitted ones left (and what the take-back
+    /// left); each part that counted, that its entry no longer holds all.
+    fn remember_batch(
+        &self,
+        arrival: &Arrival<'_>,
+        counts: &[CountsByLimit],
+        reckoning: &Reckoning,
+        after: &After,
+        now_ms: u64,
+    ) {
+        let by = arrival.by;
+        for (index, part) in arrival.parts.iter().enumerate() {
+            let kept = reckoning.kept[index];
+            if let Some(least) = reckoning.remember[index] {
+                let mut seen = counts[index].clone();
+                for counts in &mut seen {
+                    if let Some(current) = counts.last_mut() {
+                        *current = current.saturating_add(kept);
+                    }
+                }
+                let after_rollback = after.get(index).cloned().flatten();
+                let read = Read {
+                    counts: &seen,
+                    after_rollback,
+                    by,
+                };
+                self.screen.remember(*part, read, least, now_ms);
+            } else if kept > 0 {
+                self.screen.counted(&part.near_key);
+            }
+        }
+    }
+
+    /// The batch's exchange, its leader answering each other request by
+    /// the failure mode at that request's deadline if the exchange is not
+    /// back by then (the leader arrived last: its own deadline, which
+    /// bounds the exchange, is the batch's latest). One timer for the
+    /// batch, at its earliest deadline still waiting, instead of one per
+    /// request. A request answered so keeps its place in the batch, so its
+    /// cost is accounted for like a caller's who left: taken back if
+    /// counted.
+    async fn answering_late_members<T>(
+        &self,
+        lead: &mut Lead<'_>,
+        arrival: &Arrival<'_>,
+        exchange: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        let mut exchange = std::pin::pin!(exchange);
+        loop {
+            let waiting = lead.others.iter().filter(|member| member.waiting());
+            let earliest = waiting.map(|member| member.deadline).min_by_key(|d| d.at());
+            let Some(earliest) = earliest else {
+                return exchange.await;
+            };
+            // The exchange first, then the timer (no `select!`: the
+            // library builds without tokio's macros).
+            let mut due = std::pin::pin!(tokio::time::sleep_until(earliest.at()));
+            let back = std::future::poll_fn(|cx| match exchange.as_mut().poll(cx) {
+                Poll::Ready(found) => Poll::Ready(Some(found)),
+                Poll::Pending => due.as_mut().poll(cx).map(|()| None),
+            })
+            .await;
+            if let Some(found) = back {
+                return found;
+            }
+            let now = tokio::time::Instant::now();
+            for member in &mut lead.others {
+                if member.waiting() && member.deadline.passed_at(now) {
+                    let error = member.deadline.ran_out();
+                    self.metrics.store_error(&error);
+                    let now_ms = self.clock.now_ms();
+                    self.fall_back_member(member, error, arrival, now_ms).await;
+                }
+            }
+        }
+    }
+
+    /// The store failed for a whole batch: the failure mode decides each
+    /// request of it, alone, at the batch's instant. Boxed: the failure
+    /// path is rare, and a leader's future stays the size of its common
+    /// path.
+    async fn fall_back_batch(
+        &self,
+        lead: &mut Lead<'_>,
+        error: StoreError,
+        arrival: &Arrival<'_>,
+        now_ms: u64,
+    ) -> Result<Decisions, CheckError> {
+        Box::pin(async move {
+            for mut member in std::mem::take(&mut lead.others) {
+                if member.waiting() {
+                    let error = error.clone();
+                    self.fall_back_member(&mut member, error, arrival, now_ms)
+                        .await;
+                }
+            }
+            let (parts, costs) = (&arrival.parts, &arrival.costs);
+            self.fallback
+                .decide(error, parts, costs, arrival.counting, now_ms)
+                .await
+        })
+        .await
+    }
+
+    /// Answer `member` by the failure mode, decided alone with its own
+    /// costs at `now_ms`; nothing of it was counted in the store.
+    async fn fall_back_member(
+        &self,
+        member: &mut Member,
+        error: StoreError,
+        arrival: &Arrival<'_>,
+        now_ms: u64,
+    ) {
+        let (parts, counting) = (&arrival.parts, arrival.counting);
+        let decided = Box::pin(
+            self.fallback
+                .decide(error, parts, &member.costs, counting, now_ms),
+        );
+        member.answer(decided.await, Counted::NOTHING);
+    }
+}
+
+/// Each part's limits.
+fn limits_of<'a>(arrival: &Arrival<'a>) -> SmallVec<[&'a [Limit]; 1]> {
+    arrival.parts.iter().map(|part| part.limits()).collect()
+}
+
+/// Each part's counts before the batch, from what its exchange found.
+fn counts_of(
+    arrival: &Arrival<'_>,
+    batches: &[CounterBatch],
+    found: SmallVec<[BatchCounts; 1]>,
+) -> SmallVec<[CountsByLimit; 1]> {
+    arrival
+        .parts
+        .iter()
+        .zip(batches)
+        .zip(found)
+        .map(|((part, batch), found)| {
+            let layouts = counters::layouts(part.digest, part.policy, batch.now_ms);
+            counters::counts_before(&layouts, batch, found)
+        })
+        .collect()
+}

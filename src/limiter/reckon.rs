@@ -1,0 +1,217 @@
+//! The reckoning: pure. The counts a batch read, the costs of its requests
+//! and their arrival order in; which requests are admitted, what goes back
+//! to the store and what the near-cache remembers out. No I/O, no clock.
+//!
+//! A batch is every request gathered behind one exchange (one, for a lone
+//! check); all of them ask for the same parts (the same keys and limits),
+//! each with a cost per part. Each request is decided exactly as if it had
+//! come alone after the ones before it: admitted only if every part admits
+//! it, and then counted in every part for the ones after it. A request
+//! refused is counted in none, so what its parts added goes back:
+//! `kept + take_back == adding`, part by part, and a report (`Always`)
+//! takes nothing back.
+
+use smallvec::SmallVec;
+
+use super::counters::{Counts, CountsByLimit};
+use super::request::Costs;
+use crate::policy::Limit;
+use crate::window::{self, Counting, Verdict};
+
+/// One request's verdicts, one per part.
+pub(super) type Verdicts = SmallVec<[Verdict; 1]>;
+
+/// How a batch was decided.
+pub(super) struct Reckoning {
+    /// Each request's verdicts, in arrival order.
+    pub verdicts: SmallVec<[Verdicts; 1]>,
+    /// Per part: what the batch added.
+    pub adding: Costs,
+    /// Per part: what the admitted requests keep counted.
+    pub kept: Costs,
+    /// Per part: `adding - kept`, what goes back.
+    pub take_back: Costs,
+    /// Per part: the least cost it refused, when it refused one (and the
+    /// batch counts only what it admits): what the near-cache remembers.
+    pub remember: SmallVec<[Option<u64>; 1]>,
+}
+
+impl Reckoning {
+    /// Whether the batch counted anything that stays.
+    pub(super) fn kept_any(&self) -> bool {
+        self.kept.iter().any(|&kept| kept > 0)
+    }
+}
+
+/// Decide `requests` (each a cost per part, in arrival order) against each
+/// part's counts before all of them (`counts`, per limit, oldest bucket
+/// first) under `limits` (per part), at `now_ms`.
+pub(super) fn reckon<'c>(
+    limits: &[&[Limit]],
+    counts: &[CountsByLimit],
+    now_ms: u64,
+    requests: impl IntoIterator<Item = &'c [u64]>,
+    counting: Counting,
+) -> Reckoning {
+    let parts = limits.len();
+    let mut reckoning = Reckoning {
+        verdicts: SmallVec::new(),
+        adding: smallvec::smallvec![0; parts],
+        kept: smallvec::smallvec![0; parts],
+        take_back: smallvec::smallvec![0; parts],
+        remember: smallvec::smallvec![None; parts],
+    };
+    let mut requests = requests.into_iter().peekable();
+    // The first request sees the counts as they are: a lone check (most
+    // batches) is decided without copying them.
+    let Some(first) = requests.next() else {
+        return reckoning;
+    };
+    let counted = decide_one(limits, counts, now_ms, first, counting, &mut reckoning);
+    if requests.peek().is_none() {
+        return settled(reckoning, counting);
+    }
+    let mut running: SmallVec<[CountsByLimit; 1]> = counts.iter().cloned().collect();
+    if counted {
+        add_to_current(&mut running, first);
+    }
+    for costs in requests {
+        if decide_one(limits, &running, now_ms, costs, counting, &mut reckoning) {
+            add_to_current(&mut running, costs);
+        }
+    }
+    settled(reckoning, counting)
+}
+
+/// Decide one request after the ones before it; whether it counted.
+fn decide_one(
+    limits: &[&[Limit]],
+    counts: &[CountsByLimit],
+    now_ms: u64,
+    costs: &[u64],
+    counting: Counting,
+    reckoning: &mut Reckoning,
+) -> bool {
+    let decide = |counting| -> Verdicts {
+        limits
+            .iter()
+            .zip(counts)
+            .zip(costs)
+            .map(|((limits, counts), &cost)| window::decide(limits, counts, now_ms, cost, counting))
+            .collect()
+    };
+    let mut verdicts = decide(counting);
+    let counted = verdicts.iter().all(|verdict| verdict.counted);
+    // Counted by none: each part's own verdict, as a peek (a part that
+    // admitted did not count).
+    if !counted && verdicts.iter().any(|verdict| verdict.counted) {
+        verdicts = decide(Counting::Never);
+    }
+    for (index, (verdict, &cost)) in verdicts.iter().zip(costs).enumerate() {
+        if counting != Counting::Never {
+            reckoning.adding[index] += cost;
+        }
+        if counted {
+            reckoning.kept[index] += cost;
+        }
+        if !verdict.allowed && counting != Counting::Always {
+            let least = &mut reckoning.remember[index];
+            *least = Some(least.map_or(cost, |least| least.min(cost)));
+        }
+    }
+    reckoning.verdicts.push(verdicts);
+    counted
+}
+
+/// What was added and not kept goes back.
+fn settled(mut reckoning: Reckoning, counting: Counting) -> Reckoning {
+    if counting == Counting::IfAdmitted {
+        for ((back, adding), kept) in reckoning
+            .take_back
+            .iter_mut()
+            .zip(&reckoning.adding)
+            .zip(&reckoning.kept)
+        {
+            *back = adding - kept;
+        }
+    }
+    reckoning
+}
+
+/// A counted request's costs, in the current bucket of every limit of
+/// each part.
+fn add_to_current(running: &mut [CountsByLimit], costs: &[u64]) {
+    for (part, &cost) in running.iter_mut().zip(costs) {
+        for counts in part.iter_mut() {
+            add(counts, cost);
+        }
+    }
+}
+
+fn add(counts: &mut Counts, cost: u64) {
+    if let Some(current) = counts.last_mut() {
+        *current = current.saturating_add(cost);
+    }
+}
+
+/// Whether a refused request of `costs` would be admitted by the counts
+/// its take-back left: each part's counts before it, each current counter
+/// replaced by its value after the take-back (`after`, per part; unknown
+/// for a part whose take-back failed: no).
+///
+/// Each part's counter is added to atomically, but not together with the
+/// others', so concurrent requests of several parts read each other's
+/// additions before those are taken back: in a burst, the requests that
+/// drew the first places of one limit can be refused by another's, and the
+/// burst admits fewer than its smallest limit. If the values after the
+/// take-back would admit the request, what refused it were additions that
+/// have since gone, and it goes once more. Sound: the new try is decided by
+/// its own atomic additions, as any request is. Once: the tries of one
+/// burst still race each other, and erring towards refusing is the
+/// documented trade-off.
+pub(super) fn room_after_take_back(
+    limits: &[&[Limit]],
+    counts: &[CountsByLimit],
+    after: &[Option<Vec<Option<u64>>>],
+    now_ms: u64,
+    costs: &[u64],
+) -> bool {
+    after.len() == limits.len()
+        && limits.iter().zip(counts).zip(after).zip(costs).all(
+            |(((limits, counts), after), &cost)| {
+                let Some(currents) = after else {
+                    return false;
+                };
+                admits_with(limits, counts, currents, now_ms, cost)
+            },
+        )
+}
+
+/// Whether `limits` admit `cost` with each limit's current count replaced
+/// by the one in `currents` (all known, one per limit).
+fn admits_with(
+    limits: &[Limit],
+    counts: &[Counts],
+    currents: &[Option<u64>],
+    now_ms: u64,
+    cost: u64,
+) -> bool {
+    if counts.len() != limits.len() || currents.len() != limits.len() {
+        return false;
+    }
+    let mut now: SmallVec<[Counts; 2]> = SmallVec::with_capacity(limits.len());
+    for (counts, current) in counts.iter().zip(currents) {
+        let (Some(current), Some(_)) = (current, counts.last()) else {
+            return false;
+        };
+        let mut counts = counts.clone();
+        if let Some(last) = counts.last_mut() {
+            *last = *current;
+        }
+        now.push(counts);
+    }
+    window::decide(limits, &now, now_ms, cost, Counting::IfAdmitted).allowed
+}
+
+#[cfg(test)]
+mod tests;
