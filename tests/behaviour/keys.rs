@@ -4,10 +4,13 @@
 
 use slidegate::{CheckError, Policy, Store};
 
-use super::{MINUTE, estimates, limit, limiter, policy};
+use super::{MINUTE, Through, estimates, limit, limiter, policy};
 
-pub(super) async fn counter_identity_is_scope_key_window_precision<S: Store>(store: S) {
-    let (limiter, _) = limiter(store, 0);
+pub(super) async fn counter_identity_is_scope_key_window_precision<S: Store>(
+    store: S,
+    through: Through,
+) {
+    let (limiter, _) = limiter(store, 0, through);
     let five = limit(5, MINUTE, 1);
     limiter
         .check("k", &policy("api", &[five]), 3)
@@ -36,8 +39,8 @@ pub(super) async fn counter_identity_is_scope_key_window_precision<S: Store>(sto
     assert_eq!(seen(Policy::inline(vec![five]).unwrap(), "k").await, 2.0);
 }
 
-pub(super) async fn any_key_maps_to_its_own_counters<S: Store>(store: S) {
-    let (limiter, _) = limiter(store, 0);
+pub(super) async fn any_key_maps_to_its_own_counters<S: Store>(store: S, through: Through) {
+    let (limiter, _) = limiter(store, 0, through);
     let once = policy("api", &[limit(1, MINUTE, 1)]);
     limiter.check("victim", &once, 1).await.unwrap();
     let long = "x".repeat(1024);
@@ -76,8 +79,8 @@ pub(super) async fn any_key_maps_to_its_own_counters<S: Store>(store: S) {
     );
 }
 
-pub(super) async fn invalid_keys_and_costs_are_errors<S: Store>(store: S) {
-    let (limiter, _) = limiter(store, 0);
+pub(super) async fn invalid_keys_and_costs_are_errors<S: Store>(store: S, through: Through) {
+    let (limiter, _) = limiter(store, 0, through);
     let api = policy("api", &[limit(5, MINUTE, 1)]);
     let too_long = "x".repeat(1025);
     for key in ["", too_long.as_str()] {

@@ -1,6 +1,10 @@
-//! One behaviour suite, run against every store: the in-memory store and a
-//! real memcached started by the harness. Each behaviour is an `async fn`
-//! generic over the store; `behaviour_suite!` makes a test of it per store.
+//! One behaviour suite, run against every store and through every entry
+//! point: {the in-memory store, a real memcached started by the harness} x
+//! {`check`, `check_all` of one item}, so the two entry points cannot drift
+//! apart again. Each behaviour is an `async fn` generic over the store and
+//! given the entry point ([`Through`]); its limiter ([`Entry`]) decides
+//! `check` through it. `behaviour_suite!` makes a test of each behaviour
+//! for each of the four.
 //!
 //! Time is a manual clock placed at known offsets from the start of today
 //! (UTC), so bucket boundaries fall where the behaviours' numbers expect.
@@ -31,7 +35,7 @@ use near_cache::{
     a_refusal_after_a_smaller_admission_waits_as_the_store_says,
     concurrent_checks_admit_exactly_the_limit, near_cache_answers_hot_rejects_without_the_store,
 };
-use slidegate::{Limit, Limiter, ManualClock, Policy, Store};
+use slidegate::{CheckError, Decision, Item, Limit, Limiter, ManualClock, Policy, Store};
 use windows::{
     a_client_that_keeps_asking_gets_one_less_than_the_limit_after_its_first_window,
     admits_up_to_the_limit_then_rejects, cost_above_every_chance_is_refused_and_not_counted,
@@ -43,19 +47,21 @@ use windows::{
 
 macro_rules! behaviour_suite {
     ($($case:ident),* $(,)?) => {
-        mod memory {
-            $(
-                #[tokio::test]
-                async fn $case() {
-                    super::$case(slidegate::MemoryStore::new()).await;
-                }
-            )*
+        behaviour_suite!(@store memory, slidegate::MemoryStore::new(); $($case),*);
+        behaviour_suite!(@store memcached, super::super::common::memcached_store().await; $($case),*);
+    };
+    (@store $store:ident, $make:expr; $($case:ident),*) => {
+        mod $store {
+            behaviour_suite!(@through check, Check, $make; $($case),*);
+            behaviour_suite!(@through check_all, CheckAll, $make; $($case),*);
         }
-        mod memcached {
+    };
+    (@through $module:ident, $through:ident, $make:expr; $($case:ident),*) => {
+        mod $module {
             $(
                 #[tokio::test]
                 async fn $case() {
-                    super::$case(super::common::memcached_store().await).await;
+                    super::super::$case($make, super::super::Through::$through).await;
                 }
             )*
         }
@@ -127,14 +133,59 @@ fn policy(name: &str, limits: &[Limit]) -> Policy {
     Policy::new(name, limits.to_vec()).unwrap()
 }
 
-/// A limiter on `store` with a manual clock `offset_ms` into today.
-fn limiter<S: Store>(store: S, offset_ms: u64) -> (Limiter<S>, ManualClock) {
+/// The entry point a behaviour decides its checks through.
+#[derive(Clone, Copy, Debug)]
+pub enum Through {
+    /// [`Limiter::check`].
+    Check,
+    /// [`Limiter::check_all`] of one item: what Envoy RLS calls.
+    CheckAll,
+}
+
+/// A limiter whose `check` goes through one entry point; everything else
+/// is the limiter's own (through `Deref`).
+pub struct Entry<S> {
+    limiter: Limiter<S>,
+    through: Through,
+}
+
+impl<S: Store> Entry<S> {
+    /// Decide a request of `cost` for `key`, through this entry point.
+    pub async fn check(
+        &self,
+        key: &str,
+        policy: &Policy,
+        cost: u64,
+    ) -> Result<Decision, CheckError> {
+        match self.through {
+            Through::Check => self.limiter.check(key, policy, cost).await,
+            Through::CheckAll => {
+                let item = Item { key, policy, cost };
+                let mut decisions = self.limiter.check_all(&[item]).await?;
+                assert_eq!(decisions.len(), 1, "one decision per item");
+                Ok(decisions.remove(0))
+            }
+        }
+    }
+}
+
+impl<S> std::ops::Deref for Entry<S> {
+    type Target = Limiter<S>;
+
+    fn deref(&self) -> &Limiter<S> {
+        &self.limiter
+    }
+}
+
+/// A limiter on `store` with a manual clock `offset_ms` into today, whose
+/// checks go `through` one entry point.
+fn limiter<S: Store>(store: S, offset_ms: u64, through: Through) -> (Entry<S>, ManualClock) {
     let clock = ManualClock::new(common::today_ms() + offset_ms);
     let limiter = Limiter::builder(store)
         .clock(clock.clone())
         .timeout(Duration::from_secs(2))
         .build();
-    (limiter, clock)
+    (Entry { limiter, through }, clock)
 }
 
 fn estimates(decision: &slidegate::Decision) -> Vec<f64> {

@@ -6,11 +6,13 @@ use std::time::Duration;
 
 use slidegate::{Item, Source, Store};
 
-use super::{MINUTE, estimates, limit, limiter, policy};
-use crate::common;
+use super::{MINUTE, Through, estimates, limit, limiter, policy};
 
-pub(super) async fn near_cache_answers_hot_rejects_without_the_store<S: Store>(store: S) {
-    let (limiter, clock) = limiter(store, 30_000);
+pub(super) async fn near_cache_answers_hot_rejects_without_the_store<S: Store>(
+    store: S,
+    through: Through,
+) {
+    let (limiter, clock) = limiter(store, 30_000, through);
     let api = policy("api", &[limit(5, MINUTE, 1)]);
     for _ in 0..6 {
         limiter.check("hot", &api, 1).await.unwrap();
@@ -38,11 +40,19 @@ pub(super) async fn near_cache_answers_hot_rejects_without_the_store<S: Store>(s
     assert_eq!((decision.allowed, decision.source), (true, Source::Store));
 }
 
-pub(super) async fn concurrent_checks_admit_exactly_the_limit<S: Store>(store: S) {
-    let (limiter, clock) = limiter(store, 30_000);
+pub(super) async fn concurrent_checks_admit_exactly_the_limit<S: Store>(
+    store: S,
+    through: Through,
+) {
+    let (limiter, clock) = limiter(store, 30_000, through);
     let limiter = std::sync::Arc::new(limiter);
     let api = std::sync::Arc::new(policy("api", &[limit(5, MINUTE, 1)]));
-    let tasks = common::spawn_checks(&limiter, "k", &api, 100);
+    let tasks: Vec<_> = (0..100)
+        .map(|_| {
+            let (limiter, api) = (limiter.clone(), api.clone());
+            tokio::spawn(async move { limiter.check("k", &api, 1).await.unwrap() })
+        })
+        .collect();
     let mut admitted = 0;
     for task in tasks {
         admitted += usize::from(task.await.unwrap().allowed);
@@ -64,10 +74,11 @@ pub(super) async fn concurrent_checks_admit_exactly_the_limit<S: Store>(store: S
 /// (which is shorter).
 pub(super) async fn a_refusal_after_a_smaller_admission_waits_as_the_store_says<S: Store>(
     store: S,
+    through: Through,
 ) {
     let store = std::sync::Arc::new(store);
-    for together in [false, true] {
-        let (limiter, clock) = limiter(store.clone(), 0);
+    for together in [matches!(through, Through::CheckAll)] {
+        let (limiter, clock) = limiter(store.clone(), 0, through);
         let api = policy("api", &[limit(4, 100, 1)]);
         let key = if together { "all" } else { "one" };
         assert!(limiter.check(key, &api, 4).await.unwrap().allowed);

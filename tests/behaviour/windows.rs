@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use slidegate::{Clock, Source, Store};
 
-use super::{MINUTE, estimates, limit, limiter, policy};
+use super::{MINUTE, Through, estimates, limit, limiter, policy};
 
-pub(super) async fn admits_up_to_the_limit_then_rejects<S: Store>(store: S) {
-    let (limiter, _) = limiter(store, 30_000);
+pub(super) async fn admits_up_to_the_limit_then_rejects<S: Store>(store: S, through: Through) {
+    let (limiter, _) = limiter(store, 30_000, through);
     let api = policy("api", &[limit(5, MINUTE, 1)]);
     for expected_remaining in (0..5).rev() {
         let decision = limiter.check("client-42", &api, 1).await.unwrap();
@@ -29,8 +29,8 @@ pub(super) async fn admits_up_to_the_limit_then_rejects<S: Store>(store: S) {
     assert_eq!(rejected.retry_after_ms, Some(42_000));
 }
 
-pub(super) async fn rejected_requests_are_not_counted<S: Store>(store: S) {
-    let (limiter, clock) = limiter(store, 30_000);
+pub(super) async fn rejected_requests_are_not_counted<S: Store>(store: S, through: Through) {
+    let (limiter, clock) = limiter(store, 30_000, through);
     let api = policy("api", &[limit(5, MINUTE, 1)]);
     for _ in 0..5 {
         assert!(limiter.check("k", &api, 1).await.unwrap().allowed);
@@ -49,8 +49,8 @@ pub(super) async fn rejected_requests_are_not_counted<S: Store>(store: S) {
     assert_eq!(estimates(&decision), [5.0]);
 }
 
-pub(super) async fn previous_bucket_is_weighted<S: Store>(store: S) {
-    let (limiter, clock) = limiter(store, 0);
+pub(super) async fn previous_bucket_is_weighted<S: Store>(store: S, through: Through) {
+    let (limiter, clock) = limiter(store, 0, through);
     let api = policy("api", &[limit(10, MINUTE, 1)]);
     for _ in 0..4 {
         limiter.check("k", &api, 1).await.unwrap();
@@ -68,9 +68,12 @@ pub(super) async fn previous_bucket_is_weighted<S: Store>(store: S) {
     assert_eq!(estimates(&limiter.peek("k", &api, 1).await.unwrap()), [0.0]);
 }
 
-pub(super) async fn sub_buckets_and_reports_follow_the_worked_example<S: Store>(store: S) {
+pub(super) async fn sub_buckets_and_reports_follow_the_worked_example<S: Store>(
+    store: S,
+    through: Through,
+) {
     // 100 per 10 s in 5 sub-buckets of 2 s: counts 20, 10, 10, 10, 10, 30.
-    let (limiter, clock) = limiter(store, 0);
+    let (limiter, clock) = limiter(store, 0, through);
     let api = policy("api", &[limit(100, 10_000, 5)]);
     for cost in [20, 10, 10, 10, 10] {
         let report = limiter.report("k", &api, cost).await.unwrap();
@@ -92,8 +95,8 @@ pub(super) async fn sub_buckets_and_reports_follow_the_worked_example<S: Store>(
     assert_eq!(estimates(&admitted), [100.0]);
 }
 
-pub(super) async fn several_limits_count_only_if_all_admit<S: Store>(store: S) {
-    let (limiter, clock) = limiter(store, 500);
+pub(super) async fn several_limits_count_only_if_all_admit<S: Store>(store: S, through: Through) {
+    let (limiter, clock) = limiter(store, 500, through);
     let api = policy("api", &[limit(2, 1_000, 1), limit(3, MINUTE, 1)]);
     assert!(limiter.check("k", &api, 1).await.unwrap().allowed);
     assert!(limiter.check("k", &api, 1).await.unwrap().allowed);
@@ -115,8 +118,8 @@ pub(super) async fn several_limits_count_only_if_all_admit<S: Store>(store: S) {
     assert_eq!(estimates(&refused), [0.0, 3.0]);
 }
 
-pub(super) async fn peek_counts_nothing<S: Store>(store: S) {
-    let (limiter, _) = limiter(store, 0);
+pub(super) async fn peek_counts_nothing<S: Store>(store: S, through: Through) {
+    let (limiter, _) = limiter(store, 0, through);
     let api = policy("api", &[limit(3, MINUTE, 1)]);
     for _ in 0..10 {
         let peek = limiter.peek("k", &api, 1).await.unwrap();
@@ -132,8 +135,8 @@ pub(super) async fn peek_counts_nothing<S: Store>(store: S) {
     assert_eq!(peek.retry_after_ms, Some(MINUTE + MINUTE / 3));
 }
 
-pub(super) async fn report_counts_even_over_the_limit<S: Store>(store: S) {
-    let (limiter, _) = limiter(store, 0);
+pub(super) async fn report_counts_even_over_the_limit<S: Store>(store: S, through: Through) {
+    let (limiter, _) = limiter(store, 0, through);
     let api = policy("api", &[limit(3, MINUTE, 1)]);
     let report = limiter.report("k", &api, 2).await.unwrap();
     assert!(report.allowed && report.counted);
@@ -146,8 +149,11 @@ pub(super) async fn report_counts_even_over_the_limit<S: Store>(store: S) {
     assert!(!limiter.check("k", &api, 1).await.unwrap().allowed);
 }
 
-pub(super) async fn smaller_cost_passes_where_a_larger_one_was_refused<S: Store>(store: S) {
-    let (limiter, _) = limiter(store, 0);
+pub(super) async fn smaller_cost_passes_where_a_larger_one_was_refused<S: Store>(
+    store: S,
+    through: Through,
+) {
+    let (limiter, _) = limiter(store, 0, through);
     let api = policy("api", &[limit(10, MINUTE, 1)]);
     assert!(limiter.check("k", &api, 8).await.unwrap().allowed);
     let refused = limiter.check("k", &api, 5).await.unwrap();
@@ -162,8 +168,11 @@ pub(super) async fn smaller_cost_passes_where_a_larger_one_was_refused<S: Store>
     assert_eq!(estimates(&admitted), [10.0]);
 }
 
-pub(super) async fn cost_above_every_chance_is_refused_and_not_counted<S: Store>(store: S) {
-    let (limiter, _) = limiter(store, 0);
+pub(super) async fn cost_above_every_chance_is_refused_and_not_counted<S: Store>(
+    store: S,
+    through: Through,
+) {
+    let (limiter, _) = limiter(store, 0, through);
     let api = policy("api", &[limit(10, MINUTE, 1), limit(3, 1_000, 1)]);
     let refused = limiter.check("k", &api, 4).await.unwrap();
     assert!(!refused.allowed && !refused.counted);
@@ -174,10 +183,13 @@ pub(super) async fn cost_above_every_chance_is_refused_and_not_counted<S: Store>
     );
 }
 
-pub(super) async fn windows_over_thirty_days_keep_their_counts<S: Store>(store: S) {
+pub(super) async fn windows_over_thirty_days_keep_their_counts<S: Store>(
+    store: S,
+    through: Through,
+) {
     // A bucket of a 40-day window must live 80 days: Memcached takes such a
     // TTL only as an absolute time, and a relative one would expire at once.
-    let (limiter, _) = limiter(store, 0);
+    let (limiter, _) = limiter(store, 0, through);
     let api = policy("api", &[limit(2, 40 * 86_400_000, 1)]);
     assert!(limiter.check("k", &api, 2).await.unwrap().allowed);
     let refused = limiter.check("k", &api, 1).await.unwrap();
@@ -195,10 +207,11 @@ pub(super) async fn a_client_that_keeps_asking_gets_one_less_than_the_limit_afte
     S: Store,
 >(
     store: S,
+    through: Through,
 ) {
     let store = Arc::new(store);
     for (per_second, precision) in [(5, 1), (120, 1), (10, 5), (120, 10)] {
-        let (limiter, clock) = limiter(store.clone(), 20_000);
+        let (limiter, clock) = limiter(store.clone(), 20_000, through);
         let start = clock.now_ms();
         let every_second = policy("keeps-asking", &[limit(per_second, 1_000, precision)]);
         let key = format!("{per_second}-{precision}");
