@@ -219,7 +219,7 @@ impl<S: Store> Limiter<S> {
         let result = self
             .decide(&items, counting, started)
             .await
-            .map(|mut decisions| decisions.pop().unwrap_or_else(decide::refused));
+            .map(|mut decisions| decisions.pop().unwrap_or_else(decide::refused_by_error));
         observed(
             &self.metrics,
             policy,

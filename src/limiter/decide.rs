@@ -30,28 +30,13 @@ impl<S: Store> Limiter<S> {
         let deadline = Deadline::starting_at(started.into(), self.exchange.timeout);
         let now_ms = self.clock.now_ms();
         let asking = Items::of(items.len());
-        // The screen's refusals, by index: none for most requests, and no
-        // allocation then.
-        let mut refused_first: Vec<(usize, Decision)> = Vec::new();
-        let (mut parts, mut costs, mut read_again) = (Parts::new(), Costs::new(), false);
-        for (index, item) in items.iter().enumerate() {
-            let part = Part::of(item.key, item.policy);
-            if counting != Counting::Always {
-                let screen = &self.screen;
-                match screen
-                    .screen(&self.exchange, part, item.cost, now_ms, deadline, asking)
-                    .await
-                {
-                    Screened::Refused(decision) => {
-                        refused_first.push((index, decision));
-                        continue;
-                    }
-                    Screened::Passed { read_again: again } => read_again |= again,
-                }
-            }
-            parts.push(part);
-            costs.push(item.cost);
-        }
+        let screening = self.screened(items, counting, now_ms, deadline).await;
+        let Screening {
+            refused: refused_first,
+            parts,
+            costs,
+            read_again,
+        } = screening;
         if parts.is_empty() {
             return Ok(refused_first
                 .into_iter()
@@ -80,19 +65,44 @@ impl<S: Store> Limiter<S> {
             // Without coalescing, a request is a batch of one.
             None => self.lead(&mut Lead::alone(), &arrival).await?,
         };
-        if refused_first.is_empty() {
-            return Ok(found);
+        Ok(merged(items.len(), refused_first, found))
+    }
+
+    /// Each item through the screen (a report, which counts whatever the
+    /// limits say, goes straight to the store).
+    async fn screened<'a>(
+        &self,
+        items: &[Item<'a>],
+        counting: Counting,
+        now_ms: u64,
+        deadline: Deadline,
+    ) -> Screening<'a> {
+        let asking = Items::of(items.len());
+        let mut screening = Screening {
+            refused: Vec::new(),
+            parts: Parts::new(),
+            costs: Costs::new(),
+            read_again: false,
+        };
+        for (index, item) in items.iter().enumerate() {
+            let part = Part::of(item.key, item.policy);
+            if counting != Counting::Always {
+                let screen = &self.screen;
+                match screen
+                    .screen(&self.exchange, part, item.cost, now_ms, deadline, asking)
+                    .await
+                {
+                    Screened::Refused(decision) => {
+                        screening.refused.push((index, decision));
+                        continue;
+                    }
+                    Screened::Passed { read_again } => screening.read_again |= read_again,
+                }
+            }
+            screening.parts.push(part);
+            screening.costs.push(item.cost);
         }
-        let mut found = found.into_iter();
-        let mut refused_first = refused_first.into_iter().peekable();
-        Ok((0..items.len())
-            .map(
-                |index| match refused_first.next_if(|(at, _)| *at == index) {
-                    Some((_, decision)) => decision,
-                    None => found.next().unwrap_or_else(refused),
-                },
-            )
-            .collect())
+        screening
     }
 
     /// Decide a request the near-cache did not refuse, together with the
@@ -184,6 +194,33 @@ impl<S: Store> Limiter<S> {
     }
 }
 
+/// What the screen made of a request's items.
+struct Screening<'a> {
+    /// Its refusals, by index: none for most requests, and no allocation
+    /// then.
+    refused: Vec<(usize, Decision)>,
+    /// The items the store decides.
+    parts: Parts<'a>,
+    costs: Costs,
+    /// Whether an entry was read again on the way.
+    read_again: bool,
+}
+
+/// The screen's refusals and the exchange's decisions, in the items' order.
+fn merged(items: usize, refused: Vec<(usize, Decision)>, found: Decisions) -> Decisions {
+    if refused.is_empty() {
+        return found;
+    }
+    let mut found = found.into_iter();
+    let mut refused = refused.into_iter().peekable();
+    (0..items)
+        .map(|index| match refused.next_if(|(at, _)| *at == index) {
+            Some((_, decision)) => decision,
+            None => found.next().unwrap_or_else(refused_by_error),
+        })
+        .collect()
+}
+
 /// A gathered request's turn. No timer of its own: the exchange it waits
 /// behind is bounded by its leader's deadline, which falls before its own
 /// (that leader found nothing in flight: it arrived first, under the same
@@ -208,7 +245,7 @@ async fn wait_for_turn(turn: oneshot::Receiver<Turn>) -> Option<Turn> {
 
 /// Never needed (every item is decided by the screen or by the exchange);
 /// a logic error then refuses rather than panics.
-pub(super) fn refused() -> Decision {
+pub(super) fn refused_by_error() -> Decision {
     Decision {
         allowed: false,
         counted: false,

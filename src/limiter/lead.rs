@@ -163,19 +163,6 @@ impl<S: Store> Limiter<S> {
             may_go_again,
         } = settling;
         let (counting, deadline) = (arrival.counting, arrival.deadline);
-        let mut after = None;
-        if arrival.parts.len() > 1 && counting == Counting::IfAdmitted && !reckoning.kept_any() {
-            let taking = std::mem::take(&mut reckoning.take_back);
-            let values = Box::pin(self.exchange.take_back(deadline, batches, &taking)).await;
-            reckoning.take_back = smallvec![0; taking.len()];
-            let limits = limits_of(arrival);
-            if may_go_again
-                && room_after_take_back(&limits, counts, &values, now_ms, &arrival.costs)
-            {
-                return None;
-            }
-            after = Some(values);
-        }
         let decision_of = |verdict: Verdict| {
             let decision = Decision::new(verdict, Source::Store);
             if stood && decision.allowed {
@@ -203,15 +190,22 @@ impl<S: Store> Limiter<S> {
                 .map(|(batch, &cost)| (batch.adds.as_slice(), if mine_counted { cost } else { 0 })),
             now_ms,
         );
-        let after = match after {
-            Some(after) => after,
-            None if reckoning.take_back.iter().any(|&back| back > 0) => {
-                let take_back = &reckoning.take_back;
-                Box::pin(self.exchange.take_back(deadline, batches, take_back)).await
-            }
-            None => After::new(),
+        let after = if reckoning.take_back.iter().any(|&back| back > 0) {
+            let take_back = &reckoning.take_back;
+            Box::pin(self.exchange.take_back(deadline, batches, take_back)).await
+        } else {
+            After::new()
         };
         own.claimed();
+        // Every request of several parts refused, and the take-back left
+        // room: refused by additions since gone, the batch goes once more.
+        let several = arrival.parts.len() > 1 && counting == Counting::IfAdmitted;
+        if several && may_go_again && !reckoning.kept_any() {
+            let limits = limits_of(arrival);
+            if room_after_take_back(&limits, counts, &after, now_ms, &arrival.costs) {
+                return None;
+            }
+        }
         let rest = (counting, true);
         self.answer_others(lead, batches, &mut others, reckoning, &decision_of, rest);
         lead.others.clear();
