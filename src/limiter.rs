@@ -154,7 +154,12 @@ impl<S: Store> Limiter<S> {
         policy: &Policy,
         cost: u64,
     ) -> Result<Decision, CheckError> {
-        self.one(key, policy, cost, Counting::IfAdmitted).await
+        // Not through a shared async helper: each level of future a check
+        // goes through is moved whole when it is created.
+        let started = Instant::now();
+        let items = [Item { key, policy, cost }];
+        let result = self.decide(&items, Counting::IfAdmitted, started).await;
+        self.observed_one(policy, result, started, true)
     }
 
     /// The decision a check would make now, counting nothing.
@@ -164,7 +169,12 @@ impl<S: Store> Limiter<S> {
         policy: &Policy,
         cost: u64,
     ) -> Result<Decision, CheckError> {
-        self.one(key, policy, cost, Counting::Never).await
+        // Not through a shared async helper: each level of future a check
+        // goes through is moved whole when it is created.
+        let started = Instant::now();
+        let items = [Item { key, policy, cost }];
+        let result = self.decide(&items, Counting::Never, started).await;
+        self.observed_one(policy, result, started, true)
     }
 
     /// Count `cost` whatever the limits say (work that happened anyway); the
@@ -175,7 +185,12 @@ impl<S: Store> Limiter<S> {
         policy: &Policy,
         cost: u64,
     ) -> Result<Decision, CheckError> {
-        self.one(key, policy, cost, Counting::Always).await
+        // Not through a shared async helper: each level of future a check
+        // goes through is moved whole when it is created.
+        let started = Instant::now();
+        let items = [Item { key, policy, cost }];
+        let result = self.decide(&items, Counting::Always, started).await;
+        self.observed_one(policy, result, started, false)
     }
 
     /// Decide `items` as one request: each decision says whether its item
@@ -206,27 +221,17 @@ impl<S: Store> Limiter<S> {
         }
     }
 
-    /// A request of one item through the pipeline, observed.
-    async fn one(
+    /// The decision of a request of one item, observed.
+    fn observed_one(
         &self,
-        key: &str,
         policy: &Policy,
-        cost: u64,
-        counting: Counting,
+        result: Result<request::Decisions, CheckError>,
+        started: Instant,
+        shadow: bool,
     ) -> Result<Decision, CheckError> {
-        let started = Instant::now();
-        let items = [Item { key, policy, cost }];
-        let result = self
-            .decide(&items, counting, started)
-            .await
-            .map(|mut decisions| decisions.pop().unwrap_or_else(decide::refused_by_error));
-        observed(
-            &self.metrics,
-            policy,
-            result,
-            started,
-            counting != Counting::Always,
-        )
+        let result =
+            result.map(|mut decisions| decisions.pop().unwrap_or_else(decide::refused_by_error));
+        observed(&self.metrics, policy, result, started, shadow)
     }
 
     /// Admit a request of `cost` for exempt `key` under `policy`: nothing

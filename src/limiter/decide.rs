@@ -30,60 +30,9 @@ impl<S: Store> Limiter<S> {
         let deadline = Deadline::starting_at(started.into(), self.exchange.timeout);
         let now_ms = self.clock.now_ms();
         let asking = Items::of(items.len());
-        let screening = self.screened(items, counting, now_ms, deadline).await;
-        let Screening {
-            refused: refused_first,
-            parts,
-            costs,
-            read_again,
-        } = screening;
-        if parts.is_empty() {
-            return Ok(refused_first
-                .into_iter()
-                .map(|(_, decision)| decision)
-                .collect());
-        }
-        // A request that can never pass must not be counted, even for the
-        // instant before its take-back: it is answered as a peek.
-        let doomed = !refused_first.is_empty()
-            || items.iter().any(|item| item.cost > item.policy.max_cost());
-        let counting = match counting {
-            Counting::IfAdmitted if doomed => Counting::Never,
-            counting => counting,
-        };
-        let arrival = Arrival {
-            parts,
-            costs,
-            counting,
-            now_ms,
-            deadline,
-            by: asking,
-            read_again,
-        };
-        let found = match &self.exchange.coalescer {
-            Some(coalescer) => self.gathered(coalescer, arrival).await?,
-            // Without coalescing, a request is a batch of one.
-            None => self.lead(&mut Lead::alone(), &arrival).await?,
-        };
-        Ok(merged(items.len(), refused_first, found))
-    }
-
-    /// Each item through the screen (a report, which counts whatever the
-    /// limits say, goes straight to the store).
-    async fn screened<'a>(
-        &self,
-        items: &[Item<'a>],
-        counting: Counting,
-        now_ms: u64,
-        deadline: Deadline,
-    ) -> Screening<'a> {
-        let asking = Items::of(items.len());
-        let mut screening = Screening {
-            refused: Vec::new(),
-            parts: Parts::new(),
-            costs: Costs::new(),
-            read_again: false,
-        };
+        // Inline rather than a function of its own: each level of future a
+        // check goes through is moved whole when it is created.
+        let mut screening = Screening::default();
         for (index, item) in items.iter().enumerate() {
             let part = Part::of(item.key, item.policy);
             if counting != Counting::Always {
@@ -102,7 +51,31 @@ impl<S: Store> Limiter<S> {
             screening.parts.push(part);
             screening.costs.push(item.cost);
         }
-        screening
+        let Screening {
+            refused: refused_first,
+            parts,
+            costs,
+            read_again,
+        } = screening;
+        if parts.is_empty() {
+            return Ok(refused_first.into_iter().map(|(_, d)| d).collect());
+        }
+        let counting = counting_for(items, &refused_first, counting);
+        let arrival = Arrival {
+            parts,
+            costs,
+            counting,
+            now_ms,
+            deadline,
+            by: asking,
+            read_again,
+        };
+        let found = match &self.exchange.coalescer {
+            Some(coalescer) => self.gathered(coalescer, arrival).await?,
+            // Without coalescing, a request is a batch of one.
+            None => self.lead(&mut Lead::alone(), &arrival).await?,
+        };
+        Ok(merged(items.len(), refused_first, found))
     }
 
     /// Decide a request the near-cache did not refuse, together with the
@@ -195,6 +168,7 @@ impl<S: Store> Limiter<S> {
 }
 
 /// What the screen made of a request's items.
+#[derive(Default)]
 struct Screening<'a> {
     /// Its refusals, by index: none for most requests, and no allocation
     /// then.
@@ -204,6 +178,17 @@ struct Screening<'a> {
     costs: Costs,
     /// Whether an entry was read again on the way.
     read_again: bool,
+}
+
+/// How a request counts: one that can never pass (an item the screen
+/// refused, a cost above every chance) must not be counted, even for the
+/// instant before its take-back: it is answered as a peek.
+fn counting_for(items: &[Item<'_>], refused: &[(usize, Decision)], counting: Counting) -> Counting {
+    let doomed = !refused.is_empty() || items.iter().any(|item| item.cost > item.policy.max_cost());
+    match counting {
+        Counting::IfAdmitted if doomed => Counting::Never,
+        counting => counting,
+    }
 }
 
 /// The screen's refusals and the exchange's decisions, in the items' order.

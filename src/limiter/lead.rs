@@ -8,7 +8,7 @@ use std::task::Poll;
 use smallvec::{SmallVec, smallvec};
 
 use super::boundary::{self, Crossing};
-use super::counters::{self, CountsByLimit};
+use super::counters::{self, CountsByLimit, Layouts};
 use super::exchange::After;
 use super::exchange::gather::{Counted, Lead, Member, StoreTakeBack, TakeBack};
 use super::owed::Owed;
@@ -47,9 +47,9 @@ impl<S: Store> Limiter<S> {
         let (mut now_ms, mut attempt, mut may_go_again) = (arrival.now_ms, 1, true);
         loop {
             lead.others.retain(Member::waiting);
-            let batches = self.batches(lead, arrival, now_ms);
+            let (layouts, batches) = self.batches(lead, arrival, now_ms);
             let counts = match self.exchanged(lead, arrival, &batches).await {
-                Ok(found) => counts_of(arrival, &batches, found),
+                Ok(found) => counts_of(&layouts, &batches, found),
                 Err(error) => return self.fall_back_batch(lead, error, arrival, now_ms).await,
             };
             let limits = limits_of(arrival);
@@ -103,20 +103,27 @@ impl<S: Store> Limiter<S> {
         lead: &Lead<'_>,
         arrival: &Arrival<'_>,
         now_ms: u64,
-    ) -> SmallVec<[CounterBatch; 1]> {
+    ) -> (SmallVec<[Layouts; 1]>, SmallVec<[CounterBatch; 1]>) {
         let store_deadline = self.exchange.store_deadline(arrival.deadline);
         let counting = arrival.counting;
-        arrival
-            .parts
-            .iter()
-            .enumerate()
-            .map(|(index, part)| {
-                let others = lead.others.iter().map(|member| member.costs[index]);
-                let adding = others.sum::<u64>() + arrival.costs[index];
-                let layouts = counters::layouts(part.digest, part.policy, now_ms);
-                counters::batch(&layouts, adding, counting, now_ms, store_deadline)
-            })
-            .collect()
+        // One part (a check): built in place, no collecting.
+        if let ([part], [cost]) = (arrival.parts.as_slice(), arrival.costs.as_slice()) {
+            let others = lead.others.iter().map(|member| member.costs[0]);
+            let adding = others.sum::<u64>() + cost;
+            let layouts = counters::layouts(part.digest, part.policy, now_ms);
+            let batch = counters::batch(&layouts, adding, counting, now_ms, store_deadline);
+            return (SmallVec::from_buf([layouts]), SmallVec::from_buf([batch]));
+        }
+        let mut made = (SmallVec::new(), SmallVec::new());
+        for (index, part) in arrival.parts.iter().enumerate() {
+            let others = lead.others.iter().map(|member| member.costs[index]);
+            let adding = others.sum::<u64>() + arrival.costs[index];
+            let layouts = counters::layouts(part.digest, part.policy, now_ms);
+            let batch = counters::batch(&layouts, adding, counting, now_ms, store_deadline);
+            made.0.push(layouts);
+            made.1.push(batch);
+        }
+        made
     }
 
     /// The store's answer for every part, the leader answering each other
@@ -385,23 +392,29 @@ impl<S: Store> Limiter<S> {
 
 /// Each part's limits.
 fn limits_of<'a>(arrival: &Arrival<'a>) -> SmallVec<[&'a [Limit]; 1]> {
-    arrival.parts.iter().map(|part| part.limits()).collect()
+    match arrival.parts.as_slice() {
+        [part] => SmallVec::from_buf([part.limits()]),
+        parts => parts.iter().map(|part| part.limits()).collect(),
+    }
 }
 
 /// Each part's counts before the batch, from what its exchange found.
 fn counts_of(
-    arrival: &Arrival<'_>,
+    layouts: &[Layouts],
     batches: &[CounterBatch],
     found: SmallVec<[BatchCounts; 1]>,
 ) -> SmallVec<[CountsByLimit; 1]> {
-    arrival
-        .parts
+    // One part (a check): no collecting.
+    let mut found = found;
+    if let ([layouts], [batch]) = (layouts, batches)
+        && let Some(found) = found.pop()
+    {
+        return SmallVec::from_buf([counters::counts_before(layouts, batch, found)]);
+    }
+    layouts
         .iter()
         .zip(batches)
         .zip(found)
-        .map(|((part, batch), found)| {
-            let layouts = counters::layouts(part.digest, part.policy, batch.now_ms);
-            counters::counts_before(&layouts, batch, found)
-        })
+        .map(|((layouts, batch), found)| counters::counts_before(layouts, batch, found))
         .collect()
 }

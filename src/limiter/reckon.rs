@@ -53,13 +53,16 @@ pub(super) fn reckon<'c>(
     requests: impl IntoIterator<Item = &'c [u64]>,
     counting: Counting,
 ) -> Reckoning {
-    let parts = limits.len();
     let mut reckoning = Reckoning {
         verdicts: SmallVec::new(),
-        adding: smallvec::smallvec![0; parts],
-        kept: smallvec::smallvec![0; parts],
-        take_back: smallvec::smallvec![0; parts],
-        remember: smallvec::smallvec![None; parts],
+        adding: zeros(limits.len()),
+        kept: zeros(limits.len()),
+        take_back: zeros(limits.len()),
+        remember: if limits.len() == 1 {
+            SmallVec::from_buf([None])
+        } else {
+            smallvec::smallvec![None; limits.len()]
+        },
     };
     let mut requests = requests.into_iter().peekable();
     // The first request sees the counts as they are: a lone check (most
@@ -93,6 +96,10 @@ fn decide_one(
     reckoning: &mut Reckoning,
 ) -> bool {
     let decide = |counting| -> Verdicts {
+        // One part (a check): no collecting.
+        if let ([limits], [counts], [cost]) = (limits, counts, costs) {
+            return SmallVec::from_buf([window::decide(limits, counts, now_ms, *cost, counting)]);
+        }
         limits
             .iter()
             .zip(counts)
@@ -121,6 +128,15 @@ fn decide_one(
     }
     reckoning.verdicts.push(verdicts);
     counted
+}
+
+/// A zero for each of `parts`: built inline for one, the usual case.
+fn zeros(parts: usize) -> Costs {
+    if parts == 1 {
+        SmallVec::from_buf([0])
+    } else {
+        smallvec::smallvec![0; parts]
+    }
 }
 
 /// What was added and not kept goes back.

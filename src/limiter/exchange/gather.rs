@@ -4,7 +4,7 @@
 //! lost unread.
 
 use std::collections::VecDeque;
-use std::hash::BuildHasher;
+use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use smallvec::SmallVec;
@@ -244,18 +244,25 @@ impl Coalescer {
         counting: Counting,
         by: Items,
     ) -> InFlight {
-        let near_keys: SmallVec<[NearKey; 1]> = parts.iter().map(|part| part.near_key).collect();
+        let mut hasher = self.shards.hasher.build_hasher();
+        for part in parts {
+            part.near_key.hash(&mut hasher);
+        }
+        counting.hash(&mut hasher);
         InFlight {
-            parts: parts
-                .iter()
-                .map(|part| (part.near_key, SmallVec::from_slice(part.limits())))
-                .collect(),
+            parts: match parts {
+                // One part (a check): no collecting.
+                [part] => {
+                    SmallVec::from_buf([(part.near_key, SmallVec::from_slice(part.limits()))])
+                }
+                parts => parts
+                    .iter()
+                    .map(|part| (part.near_key, SmallVec::from_slice(part.limits())))
+                    .collect(),
+            },
             counting,
             by,
-            hash: self
-                .shards
-                .hasher
-                .hash_one((near_keys.as_slice(), counting)),
+            hash: hasher.finish(),
         }
     }
 
