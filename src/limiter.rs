@@ -222,6 +222,7 @@ impl<S: Store> Limiter<S> {
     }
 
     /// The decision of a request of one item, observed.
+    #[inline]
     fn observed_one(
         &self,
         policy: &Policy,

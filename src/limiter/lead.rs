@@ -12,7 +12,7 @@ use super::counters::{self, CountsByLimit, Layouts};
 use super::exchange::After;
 use super::exchange::gather::{Counted, Lead, Member, StoreTakeBack, TakeBack};
 use super::owed::Owed;
-use super::reckon::{Reckoning, reckon, room_after_take_back};
+use super::reckon::{Reckoning, Verdicts, reckon, room_after_take_back};
 use super::request::{Arrival, Decisions};
 use super::screen::Read;
 use super::{CheckError, Decision, Limiter, Source};
@@ -217,7 +217,7 @@ impl<S: Store> Limiter<S> {
         self.answer_others(lead, batches, &mut others, reckoning, &decision_of, rest);
         lead.others.clear();
         self.remember_batch(arrival, counts, reckoning, &after, now_ms);
-        Some(mine.into_iter().map(decision_of).collect())
+        Some(decisions_of(mine, &decision_of))
     }
 
     /// Hand each other request its decisions: on the first call, the
@@ -257,7 +257,7 @@ impl<S: Store> Limiter<S> {
             } else {
                 Counted::NOTHING
             };
-            let decisions = verdicts.into_iter().map(decision_of).collect();
+            let decisions = decisions_of(verdicts, decision_of);
             if !member.answer(Ok(decisions), counted) && was_counted {
                 for (index, &cost) in member.costs.iter().enumerate() {
                     reckoning.kept[index] -= cost;
@@ -388,6 +388,16 @@ impl<S: Store> Limiter<S> {
         );
         member.answer(decided.await, Counted::NOTHING);
     }
+}
+
+/// A request's decisions from its verdicts: built in place for one part.
+fn decisions_of(mut verdicts: Verdicts, decision_of: &impl Fn(Verdict) -> Decision) -> Decisions {
+    if verdicts.len() == 1
+        && let Some(verdict) = verdicts.pop()
+    {
+        return SmallVec::from_buf([decision_of(verdict)]);
+    }
+    verdicts.into_iter().map(decision_of).collect()
 }
 
 /// Each part's limits.

@@ -12,6 +12,7 @@ use crate::policy::Policy;
 /// A decision's result, timed from `started`, counted by source and by
 /// policy; shadow mode applied when `shadow` (checks and peeks, not
 /// reports).
+#[inline]
 pub(super) fn observed(
     metrics: &Metrics,
     policy: &Policy,
