@@ -1,10 +1,11 @@
 //! One behaviour suite, run against every store and through every entry
-//! point: {the in-memory store, a real memcached started by the harness} x
-//! {`check`, `check_all` of one item}, so the two entry points cannot drift
-//! apart again. Each behaviour is an `async fn` generic over the store and
-//! given the entry point ([`Through`]); its limiter ([`Entry`]) decides
-//! `check` through it. `behaviour_suite!` makes a test of each behaviour
-//! for each of the four.
+//! point: {the in-memory store, a real memcached started by the harness,
+//! two memcached nodes holding each counter twice} x {`check`, `check_all`
+//! of one item}, so the two entry points cannot drift apart again. Each
+//! behaviour is an `async fn` generic over the store and given the entry
+//! point ([`Through`]); its limiter ([`Entry`]) decides `check` through
+//! it. `behaviour_suite!` makes a test of each behaviour for each of the
+//! six.
 //!
 //! Time is a manual clock placed at known offsets from the start of today
 //! (UTC), so bucket boundaries fall where the behaviours' numbers expect.
@@ -49,6 +50,9 @@ macro_rules! behaviour_suite {
     ($($case:ident),* $(,)?) => {
         behaviour_suite!(@store memory, slidegate::MemoryStore::new(); $($case),*);
         behaviour_suite!(@store memcached, super::super::common::memcached_store().await; $($case),*);
+        // Each counter on two nodes (`memcached.replicas = 2`): the same
+        // behaviours.
+        behaviour_suite!(@store memcached_replicas, super::super::replicated_store().await; $($case),*);
     };
     (@store $store:ident, $make:expr; $($case:ident),*) => {
         mod $store {
@@ -62,16 +66,6 @@ macro_rules! behaviour_suite {
                 #[tokio::test]
                 async fn $case() {
                     super::super::$case($make, super::super::Through::$through).await;
-                }
-            )*
-        }
-        /// Each counter on two nodes (`memcached.replicas = 2`): the same
-        /// behaviour.
-        mod memcached_replicas {
-            $(
-                #[tokio::test]
-                async fn $case() {
-                    super::$case(super::replicated_store().await).await;
                 }
             )*
         }
