@@ -78,8 +78,8 @@ enum Unread {
 /// The body's bytes, up to [`MAX_BODY_BYTES`]. A body of one frame (a
 /// check's, nearly always) is its own bytes, not copied; a longer one is
 /// gathered into one buffer. (http-body-util's `Limited` and `collect`
-/// did the same through a queue of buffers and a copy out of it: 1,000
-/// instructions a request, most of what reading a check's body cost.)
+/// did the same through a queue of buffers and a copy out of it, most of
+/// what reading a check's body cost in `bench/http_instructions.sh`.)
 async fn whole(body: &mut Incoming) -> Result<Bytes, Unread> {
     let mut first = Bytes::new();
     let mut gathered: Vec<u8> = Vec::new();

@@ -9,8 +9,9 @@
 //! whole), and a client that stops reading its answers (nothing starts
 //! after the answer it does not take). hyper's own `header_read_timeout`
 //! does the first two with a timer armed, registered in tokio's wheel, and
-//! dropped for every request: 1,600 instructions of a hot reject's 26,100
-//! (callgrind), and a lock on the wheel that both workers take. Here one
+//! dropped for every request (a visible share of a hot reject's
+//! instructions in `bench/http_instructions.sh`), and a lock on the wheel
+//! that both workers take. Here one
 //! timer per connection wakes every fifth of the timeout to look at two
 //! counters the requests move, so an idle connection is closed between
 //! the quiet timeout and 1.2 times it after its last request.
@@ -19,8 +20,8 @@
 //! answering and close (hyper's graceful shutdown: an idle one closes at
 //! once), and shutdown waits until all have. hyper-util's `GracefulShutdown`
 //! does this with a watch channel whose change every connection polls, each
-//! time it is polled, under the channel's lock: 630 instructions of an
-//! admitted request's 38,000, and a lock the workers share. Here a
+//! time it is polled, under the channel's lock: work on every request,
+//! and a lock the workers share. Here a
 //! connection reads one flag when it is polled; its waker is registered
 //! once, for shutdown to wake it.
 //!

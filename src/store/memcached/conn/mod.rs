@@ -89,8 +89,8 @@ pub use self::unclaimed::Additions;
 /// limit at precision 1, the commonest, is one `mg` and one `ma`. A request
 /// is moved about six times on its way through a connection, so the inline
 /// size is paid on every check, while a longer request (several limits, a
-/// precision above 1) pays one allocation for each instead (at 4 inline,
-/// 256 callers cost 15,574 instructions per check; at 2, 15,138).
+/// precision above 1) pays one allocation for each instead (compare the
+/// two with `bench/instructions.sh`).
 pub type Commands = SmallVec<[Command; 2]>;
 pub type Replies = SmallVec<[Reply; 2]>;
 

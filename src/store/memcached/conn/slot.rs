@@ -290,8 +290,7 @@ where
     ));
     // One stop for each task: a oneshot is polled with an atomic load,
     // where a watch's `changed()`, made anew at every turn of the loops,
-    // took its notifier's lock twice (1,570 instructions a check at four
-    // callers, callgrind).
+    // took its notifier's lock twice a check.
     let (stop_reader, reader_stopped) = oneshot::channel();
     let (stop_writer, writer_stopped) = oneshot::channel();
     let mut reader = tokio::spawn(read_loop(

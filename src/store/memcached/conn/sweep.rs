@@ -8,9 +8,9 @@
 //! read and dropped when they come, and the additions they report are
 //! taken back, so Memcached counts only what a caller was told was
 //! counted. A tokio timer per call was registered in the runtime's timer
-//! wheel and taken out again on every check (520 of a check's 13,600
-//! instructions at 256 callers, callgrind), though nearly every call is
-//! answered long before its deadline.
+//! wheel and taken out again on every check (`bench/instructions.sh`
+//! shows its cost), though nearly every call is answered long before its
+//! deadline.
 //!
 //! The timer is set to the earliest deadline the sweep found, and never
 //! further than a horizon: the shortest timeout a request has brought (or
@@ -20,8 +20,8 @@
 //! the horizon, a sweep that found nothing waiting left the timer far off,
 //! and every request's deadline came before it: with one caller, whose
 //! request is answered before the woken sweep looks, that was a wake-up
-//! of the slot's task per check (library, 1 caller: 24 -> 36-40 µs of CPU
-//! a check).
+//! of the slot's task per check (the CPU per check of the one-caller row
+//! of `bench/run.sh` shows it).
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -124,8 +124,8 @@ async fn write_until_end<W: AsyncWrite + Unpin>(
             // the answer with nothing queued, the reader's raise woke the
             // writer for nothing beside the caller it answered, and tokio,
             // finding two tasks woken at once, woke the other worker for
-            // one of them (1 caller: two futex calls and two context
-            // switches a check, 24 -> 36-44 µs of CPU a check).
+            // one of them (with one caller: two futex calls and two
+            // context switches a check).
             Contents::Empty => {
                 tokio::select! {
                     biased;
