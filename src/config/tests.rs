@@ -258,7 +258,7 @@ fn a_window_too_long_to_count_is_named_so() {
     assert!(error.contains("too long"), "{error}");
 }
 
-/// Each bounded setting the README gives a range for takes its ends and
+/// Each bounded setting the configuration reference gives a range for takes its ends and
 /// refuses one past each, naming the key.
 #[test]
 fn every_ranged_setting_takes_its_ends_and_refuses_past_them() {

@@ -49,8 +49,8 @@ const TTL_MARGIN_SECS: u64 = 2;
 
 /// Multiplexed connections per Memcached node when none is configured. Each
 /// carries any number of concurrent checks; two keep both directions of a
-/// node busy while each write still carries many checks (measured in
-/// docs/performance.md).
+/// node busy while each write still carries many checks (measured on the
+/// book's performance page, docs/src/performance.md).
 pub const DEFAULT_CONNECTIONS: usize = 2;
 
 /// The longest a check may wait for the store (a limiter's timeout, and a

@@ -69,7 +69,7 @@ impl App {
 
     /// A refusal for the refusal log only, at the rate `log.refusals_per_s`
     /// allows: the Envoy RLS face's, which `/v1/limited` and the status
-    /// page do not list (the README says so: `/metrics` counts them per
+    /// page do not list (the book says so: `/metrics` counts them per
     /// rule), but which answer "which limit refused this client" as well.
     pub(crate) fn refused_logged(
         &self,

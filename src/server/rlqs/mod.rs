@@ -3,7 +3,7 @@
 //! each bucket's usage every few seconds over one stream and enforce the
 //! assignments they get back; every report's allowed requests are counted
 //! in the bucket's sliding window through the same [`Limiter`] as the other
-//! faces, so all slidegate instances share one count. See docs/rlqs.md.
+//! faces, so all slidegate instances share one count. See the book's RLQS chapter (docs/src/guide/rlqs.md).
 //!
 //! | module | owns |
 //! |---|---|

@@ -255,7 +255,7 @@ mod tests {
     /// and what a stream gives up, abandoned or at its end, is free again.
     #[test]
     fn the_buckets_of_all_streams_are_bounded_together() {
-        // The README's figure for an instance; the behaviour below, on a
+        // The book's figure for an instance; the behaviour below, on a
         // budget of 2.
         assert_eq!(MAX_BUCKETS, 100_000);
         let budget = BucketBudget::new(2, PLENTY);
@@ -326,7 +326,7 @@ mod tests {
         assert_eq!(budget.held(), (0, 0));
     }
 
-    /// A stream keeps at most the README's 10,000 buckets: the next new one
+    /// A stream keeps at most the book's 10,000 buckets: the next new one
     /// is its client's fault, INVALID_ARGUMENT naming the field, while
     /// buckets it already keeps are still reported.
     #[test]

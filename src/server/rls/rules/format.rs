@@ -38,7 +38,7 @@ pub(super) struct YamlDescriptor {
     #[serde(default)]
     pub(super) share_threshold: bool,
     /// Returned as dynamic metadata by envoyproxy/ratelimit; accepted, not
-    /// returned (see the README).
+    /// returned (see the book's Envoy RLS chapter).
     #[allow(dead_code)]
     pub(super) metadata: Option<serde_yaml_ng::Value>,
 }
