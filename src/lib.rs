@@ -184,8 +184,9 @@
 //! - fall back (`src/limiter/fallback.rs`): when the store fails or is
 //!   late, the failure mode decides, once for every face.
 //! - observe: what the metrics count of each decision ([`metrics`]).
-//! - The Memcached store routes each key to its node by a rendezvous hash
-//!   (`src/store/memcached/route.rs`), sends the commands of many checks
+//! - The Memcached store routes each key to its node (or, with
+//!   `memcached.replicas`, its N nodes) by a rendezvous hash
+//!   (`src/store/memcached/route.rs`, `fanout.rs`), sends the commands of many checks
 //!   pipelined on a few multiplexed connections per node
 //!   (`src/store/memcached/conn/`), written and read as the meta protocol's
 //!   bytes (`src/store/memcached/wire.rs`).
@@ -203,7 +204,7 @@
 //! | [`metrics`] | what the limiter counts about itself, as `prometheus-client` metrics; it takes plain outcomes, never the limiter's types |
 //! | [`source`] | where a decision came from ([`Source`]): below both the limiter and the metrics |
 //! | `tower` | `tower::RateLimitLayer`, a face for any tower/axum/hyper service (feature `tower`) |
-//! | `server` | the HTTP service and forward-auth, `/metrics`, hot reload; `server::rls` and `server::rlqs`, Envoy RLS and RLQS over gRPC (features `server`, `grpc`) |
+//! | `server` | built from the configuration by one function (`src/server/build.rs`: the state, the faces, every part registering its own metrics, the feature switches); the HTTP service and forward-auth, `/metrics`, hot reload; `server::rls` and `server::rlqs`, Envoy RLS and RLQS over gRPC (features `server`, `grpc`) |
 //! | `config` | the service's file, environment and flags, one table of keys, validation, reload (feature `server`) |
 
 mod by_name;
