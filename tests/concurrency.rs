@@ -49,26 +49,8 @@ async fn admit_exactly_the_limit(options: slidegate::MemcachedOptions) {
     }
     let policy = Arc::new(Policy::new("api", vec![Limit::new(5, 60_000, 1).unwrap()]).unwrap());
 
-    let mut admitted_per_repetition = Vec::new();
-    for repetition in 0..REPETITIONS {
-        let key = Arc::new(format!("shared-key-{repetition}"));
-        let start = Arc::new(tokio::sync::Barrier::new(CALLERS));
-        let callers: Vec<_> = (0..CALLERS)
-            .map(|caller| {
-                let limiter = instances[caller % INSTANCES].clone();
-                let (policy, key, start) = (policy.clone(), key.clone(), start.clone());
-                tokio::spawn(async move {
-                    start.wait().await;
-                    limiter.check(&key, &policy, 1).await.unwrap().allowed
-                })
-            })
-            .collect();
-        let mut admitted = 0;
-        for caller in callers {
-            admitted += usize::from(caller.await.unwrap());
-        }
-        admitted_per_repetition.push(admitted);
-    }
+    let admitted_per_repetition =
+        common::admitted_per_burst(&instances, &policy, CALLERS, REPETITIONS, "shared-key").await;
     assert!(
         admitted_per_repetition
             .iter()

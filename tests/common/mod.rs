@@ -243,6 +243,39 @@ pub fn spawn_checks<S: Store>(
         .collect()
 }
 
+/// `repetitions` bursts, each of `callers` simultaneous checks of one unit
+/// of a fresh key (`{prefix}-{repetition}`), spread over `instances` in
+/// turn and released together by a barrier: how many each burst admitted.
+pub async fn admitted_per_burst<S: Store>(
+    instances: &[Arc<Limiter<S>>],
+    policy: &Arc<Policy>,
+    callers: usize,
+    repetitions: usize,
+    prefix: &str,
+) -> Vec<usize> {
+    let mut admitted_per_burst = Vec::new();
+    for repetition in 0..repetitions {
+        let key = Arc::new(format!("{prefix}-{repetition}"));
+        let start = Arc::new(tokio::sync::Barrier::new(callers));
+        let tasks: Vec<_> = (0..callers)
+            .map(|caller| {
+                let limiter = instances[caller % instances.len()].clone();
+                let (policy, key, start) = (policy.clone(), key.clone(), start.clone());
+                tokio::spawn(async move {
+                    start.wait().await;
+                    limiter.check(&key, &policy, 1).await.unwrap().allowed
+                })
+            })
+            .collect();
+        let mut admitted = 0;
+        for task in tasks {
+            admitted += usize::from(task.await.unwrap());
+        }
+        admitted_per_burst.push(admitted);
+    }
+    admitted_per_burst
+}
+
 /// A store on the shared memcached, in a fresh namespace.
 pub async fn memcached_store() -> MemcachedStore {
     MemcachedStore::connect(&memcached_options(vec![shared_memcached().addr()]))

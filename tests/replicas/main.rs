@@ -251,26 +251,8 @@ async fn while_replicas_are_doubted_a_burst_never_admits_over_the_limit() {
         })
         .await;
     }
-    let mut admitted_per_repetition = Vec::new();
-    for repetition in 0..REPETITIONS {
-        let key = Arc::new(format!("doubted-{repetition}"));
-        let start = Arc::new(tokio::sync::Barrier::new(CALLERS));
-        let callers: Vec<_> = (0..CALLERS)
-            .map(|caller| {
-                let limiter = instances[caller % INSTANCES].clone();
-                let (policy, key, start) = (policy.clone(), key.clone(), start.clone());
-                tokio::spawn(async move {
-                    start.wait().await;
-                    limiter.check(&key, &policy, 1).await.unwrap().allowed
-                })
-            })
-            .collect();
-        let mut admitted = 0;
-        for caller in callers {
-            admitted += usize::from(caller.await.unwrap());
-        }
-        admitted_per_repetition.push(admitted);
-    }
+    let admitted_per_repetition =
+        common::admitted_per_burst(&instances, &policy, CALLERS, REPETITIONS, "doubted").await;
     eprintln!("doubted replicas, limit 5, admitted per burst: {admitted_per_repetition:?}");
     assert!(
         admitted_per_repetition
