@@ -31,7 +31,8 @@ async fn a_reload_names_every_restart_only_key_it_cannot_apply() {
     let every_key_changed = format!(
         r#"{running}
 [memcached]
-servers = ["127.0.0.1:9"]
+servers = ["127.0.0.1:9", "127.0.0.1:14"]
+replicas = 2
 timeout_ms = 75
 namespace = "elsewhere"
 connections = 3
@@ -68,7 +69,7 @@ limits = [{{ limit = 1, window = "1h" }}]
     )
     .replace(&format!("listen = \"{addr}\""), "listen = \"127.0.0.1:12\"");
     let discovered = every_key_changed.replace(
-        "servers = [\"127.0.0.1:9\"]",
+        "servers = [\"127.0.0.1:9\", \"127.0.0.1:14\"]",
         "discovery = \"127.0.0.1:10\"",
     );
     std::fs::write(&config, every_key_changed).unwrap();
