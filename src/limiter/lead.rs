@@ -182,9 +182,8 @@ impl<S: Store> Limiter<S> {
         let mine = verdicts.pop().unwrap_or_default();
         // The admitted first; the refused once the take-back has landed,
         // so a refused caller that asks again finds the counts it left.
-        let mut others: Vec<Option<_>> = verdicts.into_iter().map(Some).collect();
-        let first = (counting, false);
-        self.answer_others(lead, batches, &mut others, reckoning, &decision_of, first);
+        let refused =
+            self.answer_admitted(lead, batches, verdicts, reckoning, &decision_of, counting);
         let mine_counted = counting == Counting::IfAdmitted && mine.iter().all(|v| v.counted);
         // This request's own count stands only if its caller gets the
         // answer: dropped while the take-back below is awaited, it is
@@ -213,38 +212,41 @@ impl<S: Store> Limiter<S> {
                 return None;
             }
         }
-        let rest = (counting, true);
-        self.answer_others(lead, batches, &mut others, reckoning, &decision_of, rest);
+        for (index, verdicts) in refused {
+            if let Some(member) = lead.others.get_mut(index) {
+                member.answer(Ok(decisions_of(verdicts, &decision_of)), Counted::NOTHING);
+            }
+        }
         lead.others.clear();
         self.remember_batch(arrival, counts, reckoning, &after, now_ms);
         Some(decisions_of(mine, &decision_of))
     }
 
-    /// Hand each other request its decisions: on the first call, the
-    /// admitted ones (the ones that count); on the second, the rest. A
-    /// counted answer takes its costs back if its caller drops it unread;
-    /// one whose caller already left is taken back with the refused ones.
-    fn answer_others(
+    /// Hand each other request its decisions, in one pass: the ones that
+    /// count now; the ones refused a count (which hold nothing) are
+    /// returned, by place, to be answered once the take-back has landed.
+    /// A counted answer takes its costs back if its caller drops it
+    /// unread; one whose caller already left is taken back with the
+    /// refused ones.
+    fn answer_admitted(
         &self,
         lead: &mut Lead<'_>,
         batches: &[CounterBatch],
-        verdicts: &mut [Option<super::reckon::Verdicts>],
+        verdicts: SmallVec<[Verdicts; 1]>,
         reckoning: &mut Reckoning,
         decision_of: &impl Fn(Verdict) -> Decision,
-        (counting, refused_too): (Counting, bool),
-    ) {
+        counting: Counting,
+    ) -> Vec<(usize, Verdicts)> {
+        let mut refused = Vec::new();
         // One take-back for the whole batch, shared by its counted answers.
         let mut batch_take_back: Option<Arc<dyn TakeBack>> = None;
-        for (member, verdicts) in lead.others.iter_mut().zip(verdicts.iter_mut()) {
-            let counts = |verdicts: &mut super::reckon::Verdicts| {
-                counting != Counting::IfAdmitted || verdicts.iter().all(|verdict| verdict.counted)
-            };
-            let Some(verdicts) = verdicts.take_if(|verdicts| refused_too || counts(verdicts))
-            else {
+        for (index, (member, verdicts)) in lead.others.iter_mut().zip(verdicts).enumerate() {
+            let all_counted = verdicts.iter().all(|verdict| verdict.counted);
+            let was_counted = counting == Counting::IfAdmitted && all_counted;
+            if counting == Counting::IfAdmitted && !all_counted {
+                refused.push((index, verdicts));
                 continue;
-            };
-            let was_counted =
-                counting == Counting::IfAdmitted && verdicts.iter().all(|verdict| verdict.counted);
+            }
             let counted = if was_counted {
                 let take_back = batch_take_back.get_or_insert_with(|| {
                     Arc::new(StoreTakeBack {
@@ -265,6 +267,7 @@ impl<S: Store> Limiter<S> {
                 }
             }
         }
+        refused
     }
 
     /// What the near-cache learns of the batch: each part that refused a

@@ -15,7 +15,6 @@ use super::super::deadline::Deadline;
 use super::super::request::{Costs, Decisions, Part};
 use crate::join::start_now;
 use crate::near_cache::{Items, NearKey};
-use crate::policy::Limit;
 use crate::store::{CounterKey, Counters, Store};
 use crate::window::Counting;
 
@@ -114,7 +113,7 @@ impl HandOff {
 impl Drop for HandOff {
     fn drop(&mut self) {
         if let Some(others) = self.others.take() {
-            pass_on(&self.shards, self.key.clone(), others);
+            pass_on(&self.shards, self.key, others);
         }
     }
 }
@@ -157,27 +156,26 @@ impl Member {
 }
 
 /// A key in flight: whose checks, under which limits, and which kind
-/// (checks, peeks and reports gather apart). The limits themselves, values
-/// included, and compared whole: the near-cache's key tells policies apart
-/// by a hash of their windows only, and a batch is decided by its leader's
+/// (checks, peeks and reports gather apart). Small and copied, not
+/// cloned: the first part's key, how many parts, the kind, and a hash of
+/// every part's key and limits, values included, computed once
+/// ([`Coalescer::in_flight`]). The near-cache's key tells policies apart by
+/// a hash of their windows only, and a batch is decided by its leader's
 /// limits, so checks of one key under other limit values (an inline 1 an
 /// hour beside 1,000 an hour over the same window, a policy reloaded while
-/// checks are in flight) must never share one.
-#[derive(Clone, PartialEq, Eq)]
+/// checks are in flight) must not share one: they differ in the hash,
+/// 64 bits seeded per process, so they share one only by a collision on a
+/// key they also share.
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub(in crate::limiter) struct InFlight {
-    /// Each part's key and limits: inline for one part of up to two
-    /// limits, so most checks allocate nothing for it.
-    parts: SmallVec<[(NearKey, SmallVec<[Limit; 2]>); 1]>,
+    hash: u64,
+    first: Option<NearKey>,
+    parts: usize,
     counting: Counting,
     /// What the batch's refusals are remembered as: the parts left of a
     /// request of several items the screen refused one of never gather
     /// with a lone item's.
     by: Items,
-    /// Of the key and kind only, computed once ([`Coalescer::in_flight`]):
-    /// equal keys hash alike, keys of one key under other limits (rare)
-    /// meet in the table and are told apart by equality. Hashing the
-    /// limits too, four times a check, was 350 of its instructions.
-    hash: u64,
 }
 
 /// The keys in flight behind one lock, each with the checks gathered,
@@ -247,22 +245,15 @@ impl Coalescer {
         let mut hasher = self.shards.hasher.build_hasher();
         for part in parts {
             part.near_key.hash(&mut hasher);
+            part.limits().hash(&mut hasher);
         }
         counting.hash(&mut hasher);
         InFlight {
-            parts: match parts {
-                // One part (a check): no collecting.
-                [part] => {
-                    SmallVec::from_buf([(part.near_key, SmallVec::from_slice(part.limits()))])
-                }
-                parts => parts
-                    .iter()
-                    .map(|part| (part.near_key, SmallVec::from_slice(part.limits())))
-                    .collect(),
-            },
+            hash: hasher.finish(),
+            first: parts.first().map(|part| part.near_key),
+            parts: parts.len(),
             counting,
             by,
-            hash: hasher.finish(),
         }
     }
 
@@ -286,9 +277,7 @@ impl Coalescer {
                 Joined::Wait(turn)
             }
             None => {
-                shard.insert_unique(key.hash, (key.clone(), VecDeque::new()), |(key, _)| {
-                    key.hash
-                });
+                shard.insert_unique(key.hash, (*key, VecDeque::new()), |(key, _)| key.hash);
                 Joined::Lead
             }
         }
@@ -328,7 +317,7 @@ fn pass_on(shards: &Arc<Shards>, key: InFlight, mut left: Vec<Member>) {
         };
         let hand_off = HandOff {
             shards: shards.clone(),
-            key: key.clone(),
+            key,
             others: Some(std::mem::take(&mut left)),
         };
         let Some(reply) = next.reply.take() else {
