@@ -182,8 +182,11 @@ impl<S: Store> Limiter<S> {
         let mine = verdicts.pop().unwrap_or_default();
         // The admitted first; the refused once the take-back has landed,
         // so a refused caller that asks again finds the counts it left.
-        let refused =
-            self.answer_admitted(lead, batches, verdicts, reckoning, &decision_of, counting);
+        let refused = if lead.others.is_empty() {
+            Vec::new()
+        } else {
+            self.answer_admitted(lead, batches, verdicts, reckoning, &decision_of, counting)
+        };
         let mine_counted = counting == Counting::IfAdmitted && mine.iter().all(|v| v.counted);
         // This request's own count stands only if its caller gets the
         // answer: dropped while the take-back below is awaited, it is
