@@ -65,6 +65,7 @@ pub(super) fn reckon<'c>(
         },
     };
     let mut requests = requests.into_iter().peekable();
+    reckoning.verdicts.reserve(requests.size_hint().0);
     // The first request sees the counts as they are: a lone check (most
     // batches) is decided without copying them.
     let Some(first) = requests.next() else {
@@ -95,11 +96,15 @@ fn decide_one(
     counting: Counting,
     reckoning: &mut Reckoning,
 ) -> bool {
+    // One part (a check): its verdict is the request's.
+    if let ([limits], [counts], [cost]) = (limits, counts, costs) {
+        let verdict = window::decide(limits, counts, now_ms, *cost, counting);
+        let counted = verdict.counted;
+        book(reckoning, 0, &verdict, *cost, counted, counting);
+        reckoning.verdicts.push(SmallVec::from_buf([verdict]));
+        return counted;
+    }
     let decide = |counting| -> Verdicts {
-        // One part (a check): no collecting.
-        if let ([limits], [counts], [cost]) = (limits, counts, costs) {
-            return SmallVec::from_buf([window::decide(limits, counts, now_ms, *cost, counting)]);
-        }
         limits
             .iter()
             .zip(counts)
@@ -115,19 +120,32 @@ fn decide_one(
         verdicts = decide(Counting::Never);
     }
     for (index, (verdict, &cost)) in verdicts.iter().zip(costs).enumerate() {
-        if counting != Counting::Never {
-            reckoning.adding[index] += cost;
-        }
-        if counted {
-            reckoning.kept[index] += cost;
-        }
-        if !verdict.allowed && counting != Counting::Always {
-            let least = &mut reckoning.remember[index];
-            *least = Some(least.map_or(cost, |least| least.min(cost)));
-        }
+        book(reckoning, index, verdict, cost, counted, counting);
     }
     reckoning.verdicts.push(verdicts);
     counted
+}
+
+/// What part `index`'s `verdict` on a request of `cost` adds to the books.
+#[inline]
+fn book(
+    reckoning: &mut Reckoning,
+    index: usize,
+    verdict: &Verdict,
+    cost: u64,
+    counted: bool,
+    counting: Counting,
+) {
+    if counting != Counting::Never {
+        reckoning.adding[index] += cost;
+    }
+    if counted {
+        reckoning.kept[index] += cost;
+    }
+    if !verdict.allowed && counting != Counting::Always {
+        let least = &mut reckoning.remember[index];
+        *least = Some(least.map_or(cost, |least| least.min(cost)));
+    }
 }
 
 /// A zero for each of `parts`: built inline for one, the usual case.
