@@ -75,6 +75,9 @@ impl<S: Store> Limiter<S> {
             // Without coalescing, a request is a batch of one.
             None => self.lead(&mut Lead::alone(), &arrival).await?,
         };
+        if refused_first.is_empty() {
+            return Ok(found);
+        }
         Ok(merged(items.len(), refused_first, found))
     }
 
@@ -184,9 +187,10 @@ struct Screening<'a> {
 /// refused, a cost above every chance) must not be counted, even for the
 /// instant before its take-back: it is answered as a peek.
 fn counting_for(items: &[Item<'_>], refused: &[(usize, Decision)], counting: Counting) -> Counting {
-    let doomed = !refused.is_empty() || items.iter().any(|item| item.cost > item.policy.max_cost());
+    let doomed =
+        || !refused.is_empty() || items.iter().any(|item| item.cost > item.policy.max_cost());
     match counting {
-        Counting::IfAdmitted if doomed => Counting::Never,
+        Counting::IfAdmitted if doomed() => Counting::Never,
         counting => counting,
     }
 }
