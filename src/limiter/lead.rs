@@ -215,12 +215,7 @@ impl<S: Store> Limiter<S> {
                 return None;
             }
         }
-        for (index, verdicts) in refused {
-            if let Some(member) = lead.others.get_mut(index) {
-                member.answer(Ok(decisions_of(verdicts, &decision_of)), Counted::NOTHING);
-            }
-        }
-        lead.others.clear();
+        answer_refused(lead, refused, &decision_of);
         self.remember_batch(arrival, counts, reckoning, &after, now_ms);
         Some(decisions_of(mine, &decision_of))
     }
@@ -394,6 +389,21 @@ impl<S: Store> Limiter<S> {
         );
         member.answer(decided.await, Counted::NOTHING);
     }
+}
+
+/// Answer the refused requests set aside by `answer_admitted`, once the
+/// take-back has landed; the batch is then answered whole.
+fn answer_refused(
+    lead: &mut Lead<'_>,
+    refused: Vec<(usize, Verdicts)>,
+    decision_of: &impl Fn(Verdict) -> Decision,
+) {
+    for (index, verdicts) in refused {
+        if let Some(member) = lead.others.get_mut(index) {
+            member.answer(Ok(decisions_of(verdicts, decision_of)), Counted::NOTHING);
+        }
+    }
+    lead.others.clear();
 }
 
 /// A request's decisions from its verdicts: built in place for one part.
