@@ -181,8 +181,8 @@ pub(in crate::limiter) struct InFlight {
 /// The keys in flight behind one lock, each with the checks gathered,
 /// found by [`InFlight::hash`]: hashed once a check, with foldhash seeded
 /// per process (std's HashMap hashed the key at each of the four lookups
-/// of a check, and SipHash, its default, was 3.4% of the library's CPU at
-/// 256 callers). The keys are already digests, and a shard holds only the
+/// of a check, and SipHash, its default, stood out in the library's
+/// profile at 256 callers). The keys are already digests, and a shard holds only the
 /// keys in flight.
 type Shard = hashbrown::HashTable<(InFlight, VecDeque<Member>)>;
 
