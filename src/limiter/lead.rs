@@ -7,6 +7,10 @@ use std::task::Poll;
 
 use smallvec::{SmallVec, smallvec};
 
+mod parts;
+
+use self::parts::{answer_refused, counts_of, decisions_of, limits_of};
+
 use super::boundary::{self, Crossing};
 use super::counters::{self, CountsByLimit, Layouts};
 use super::exchange::After;
@@ -16,7 +20,6 @@ use super::reckon::{Reckoning, Verdicts, reckon, room_after_take_back};
 use super::request::{Arrival, Decisions};
 use super::screen::Read;
 use super::{CheckError, Decision, Limiter, Source};
-use crate::policy::Limit;
 use crate::store::{BatchCounts, CounterBatch, Store, StoreError};
 use crate::window::{Counting, Verdict};
 
@@ -389,58 +392,4 @@ impl<S: Store> Limiter<S> {
         );
         member.answer(decided.await, Counted::NOTHING);
     }
-}
-
-/// Answer the refused requests set aside by `answer_admitted`, once the
-/// take-back has landed; the batch is then answered whole.
-fn answer_refused(
-    lead: &mut Lead<'_>,
-    refused: Vec<(usize, Verdicts)>,
-    decision_of: &impl Fn(Verdict) -> Decision,
-) {
-    for (index, verdicts) in refused {
-        if let Some(member) = lead.others.get_mut(index) {
-            member.answer(Ok(decisions_of(verdicts, decision_of)), Counted::NOTHING);
-        }
-    }
-    lead.others.clear();
-}
-
-/// A request's decisions from its verdicts: built in place for one part.
-fn decisions_of(mut verdicts: Verdicts, decision_of: &impl Fn(Verdict) -> Decision) -> Decisions {
-    if verdicts.len() == 1
-        && let Some(verdict) = verdicts.pop()
-    {
-        return SmallVec::from_buf([decision_of(verdict)]);
-    }
-    verdicts.into_iter().map(decision_of).collect()
-}
-
-/// Each part's limits.
-fn limits_of<'a>(arrival: &Arrival<'a>) -> SmallVec<[&'a [Limit]; 1]> {
-    match arrival.parts.as_slice() {
-        [part] => SmallVec::from_buf([part.limits()]),
-        parts => parts.iter().map(|part| part.limits()).collect(),
-    }
-}
-
-/// Each part's counts before the batch, from what its exchange found.
-fn counts_of(
-    layouts: &[Layouts],
-    batches: &[CounterBatch],
-    found: SmallVec<[BatchCounts; 1]>,
-) -> SmallVec<[CountsByLimit; 1]> {
-    // One part (a check): no collecting.
-    let mut found = found;
-    if let ([layouts], [batch]) = (layouts, batches)
-        && let Some(found) = found.pop()
-    {
-        return SmallVec::from_buf([counters::counts_before(layouts, batch, found)]);
-    }
-    layouts
-        .iter()
-        .zip(batches)
-        .zip(found)
-        .map(|((layouts, batch), found)| counters::counts_before(layouts, batch, found))
-        .collect()
 }
