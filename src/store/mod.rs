@@ -25,8 +25,10 @@ pub use memory::{DEFAULT_MEMORY_CAPACITY, MemoryStore};
 
 mod any;
 mod digest;
+pub mod reservation;
 pub use any::AnyStore;
 pub use digest::KeyDigest;
+pub use reservation::{Reservation, Returns};
 
 /// One counter: (scope and key, window and precision, bucket). The limit
 /// value is not part of it, so changing a limit keeps the counts.

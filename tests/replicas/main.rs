@@ -311,3 +311,50 @@ async fn an_instance_started_after_a_replacement_does_not_believe_the_empty_node
     );
     assert_eq!(FILLED + admitted, LIMIT);
 }
+
+/// A caller that gives up while one replica is frozen (its host stopped
+/// scheduling it) leaves nothing counted: not on the frozen one, whose
+/// reply comes to nobody once it runs again, nor on the one that had
+/// answered and was waiting with its count for the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_that_gives_up_on_a_frozen_replica_leaves_nothing_counted() {
+    let nodes = [Memcached::start(), Memcached::start()];
+    let options = MemcachedOptions {
+        replicas: 2,
+        ..common::memcached_options(nodes.iter().map(Memcached::addr).collect())
+    };
+    let clock = ManualClock::new(common::today_ms() + HOUR_MS / 2);
+    let policy = Policy::new("frozen", vec![Limit::new(LIMIT, HOUR_MS, 1).unwrap()]).unwrap();
+    let limiter = common::patient_limiter(MemcachedStore::connect(&options).await.unwrap())
+        .clock(clock.clone())
+        .near_cache_capacity(0)
+        .build();
+    // Each node alone, to read its own copy.
+    let mut copies = Vec::new();
+    for node in &nodes {
+        let alone = MemcachedOptions {
+            servers: vec![node.addr()],
+            replicas: 1,
+            ..options.clone()
+        };
+        let store = MemcachedStore::connect(&alone).await.unwrap();
+        copies.push(common::patient_limiter(store).clock(clock.clone()).build());
+    }
+    assert!(limiter.check("given-up", &policy, 1).await.unwrap().allowed);
+
+    nodes[1].pause();
+    let check = limiter.check("given-up", &policy, 1);
+    let gave_up = tokio::time::timeout(Duration::from_millis(300), check).await;
+    assert!(gave_up.is_err(), "the frozen replica cannot have answered");
+    nodes[1].resume();
+
+    for (index, copy) in copies.iter().enumerate() {
+        wait_for("only the told check counted", PATIENCE, || async {
+            let decision = copy.peek("given-up", &policy, 1).await.unwrap();
+            decision.source == Source::Store && decision.remaining() == LIMIT - 1
+        })
+        .await;
+        let decision = copy.peek("given-up", &policy, 1).await.unwrap();
+        assert_eq!(decision.remaining(), LIMIT - 1, "node {index}");
+    }
+}

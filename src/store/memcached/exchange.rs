@@ -45,14 +45,15 @@ use std::time::{Duration, Instant};
 
 use smallvec::SmallVec;
 
-use super::conn::{Additions, Commands, Delivery, Node, Replies};
+use super::conn::{Additions, Commands, Counted, Delivery, Node, Queued, Replies};
 use super::repair::suspects;
 use super::route::MAX_REPLICAS;
 use super::topology::ReplicaNodes;
 use super::wire::{self, Command, Reply};
 use super::{MemcachedStore, batch_counts, unexpected};
-use crate::join::{join_all, start_now};
-use crate::store::{BatchCounts, CounterBatch, CounterKey, Counters, StoreError, bucket_ttl_secs};
+use crate::join::join_all;
+use crate::store::reservation::Reservation;
+use crate::store::{BatchCounts, CounterBatch, CounterKey, StoreError, bucket_ttl_secs};
 
 /// The most tries of one batch whose replicas disagree.
 pub const MAX_TRIES: usize = 8;
@@ -65,19 +66,21 @@ impl MemcachedStore {
         node: &Node,
         batch: &CounterBatch,
     ) -> Result<BatchCounts, StoreError> {
-        self.exchange_asking_birth(node, batch, false).await
+        let (counts, reserved) = self.exchange_asking_birth(node, batch, false).await?;
+        // Its caller has the counts in this same poll.
+        reserved.claim();
+        Ok(counts)
     }
 
     /// [`exchange_one`](Self::exchange_one), with the node's birth asked
-    /// in the same request when `ask_birth` (and learnt, see `Born`).
-    async fn exchange_asking_birth(
+    /// in the same request when `ask_birth` (and learnt, see `Born`); the
+    /// counts come with the reservation of what the node added.
+    async fn exchange_asking_birth<'a>(
         &self,
-        node: &Node,
-        batch: &CounterBatch,
+        node: &'a Node,
+        batch: &'a CounterBatch,
         ask_birth: bool,
-    ) -> Result<BatchCounts, StoreError> {
-        // An addition whose caller gives up after it was applied is taken
-        // back, so Memcached counts only what was reported as counted.
+    ) -> Result<(BatchCounts, Reservation<Queued<'a>>), StoreError> {
         let additions = Additions {
             counters: &batch.adds,
             amount: batch.amount,
@@ -90,14 +93,20 @@ impl MemcachedStore {
                 now_s: batch.now_ms / 1000,
             });
         }
-        let mut replies = node
+        let Counted {
+            mut replies,
+            reserved,
+        } = node
             .call_counted(commands, additions, batch.deadline)
             .await?;
         // Only asked, so only popped, when `ask_birth`.
         if ask_birth && let Some(Reply::Value(born)) = replies.pop() {
             node.learn_born(born, generation);
         }
-        counts_of(node, batch, &replies)
+        // One command failed (memcached refused it, or a counter holds
+        // text): the check is not counted there, and the reservation,
+        // dropped, gives back what its other commands added.
+        Ok((counts_of(batch, &replies)?, reserved))
     }
 
     /// The batch on each of `nodes`, tried again while the replicas
@@ -127,9 +136,6 @@ impl MemcachedStore {
             .iter()
             .map(|_| Some(vec![u64::MAX; counters]))
             .collect();
-        // Replicas whose last try's additions stand, to be taken back by
-        // the next try.
-        let mut holding: SmallVec<[bool; MAX_REPLICAS]> = nodes.iter().map(|_| false).collect();
         let mut tries = 0;
         let mut last_differences: Option<Vec<u64>> = None;
         loop {
@@ -151,7 +157,18 @@ impl MemcachedStore {
                     }
                 })
                 .collect();
-            let answers = join_all(calls).await;
+            // What each replica added stays reserved until the try
+            // decides: a caller that gives up while one replica is slow
+            // leaves nothing counted on the others.
+            let (answers, reserved): (Vec<_>, Vec<_>) = join_all(calls)
+                .await
+                .into_iter()
+                .map(|answer| match answer {
+                    Some(Ok((counts, reserved))) => (Some(Ok(counts)), Some(reserved)),
+                    Some(Err(error)) => (Some(Err(error)), None),
+                    None => (None, None),
+                })
+                .unzip();
             for (node, answer) in nodes.iter().zip(&answers) {
                 if let Some(Err(_)) = answer {
                     node.doubt();
@@ -163,6 +180,7 @@ impl MemcachedStore {
                     && let Some(Some(Ok(counts))) = answers.first()
                 {
                     self.raise_suspects(nodes, &answers, &suspect, counts, batch);
+                    reserved.into_iter().flatten().for_each(Reservation::claim);
                     return Ok(counts.clone());
                 }
             }
@@ -183,13 +201,11 @@ impl MemcachedStore {
             // This try's differences, replica by replica: the same as the
             // last try's is a lost count, not additions in flight.
             let mut differences: Vec<u64> = Vec::with_capacity(nodes.len() * counters);
-            for ((answer, low), holds) in answers.iter().zip(&mut lows).zip(&mut holding) {
-                *holds = false;
+            for (answer, low) in answers.iter().zip(&mut lows) {
                 let (Some(Ok(counts)), Some(low)) = (answer, low.as_mut()) else {
                     *low = None;
                     continue;
                 };
-                *holds = !batch.adds.is_empty();
                 let found = counts.read.iter().chain(&counts.added);
                 let top = highest.read.iter().chain(&highest.added);
                 for ((low, found), top) in low.iter_mut().zip(found).zip(top) {
@@ -212,16 +228,17 @@ impl MemcachedStore {
                 // that instances whose tries collided do not collide again.
                 let take_backs = nodes
                     .iter()
-                    .zip(&holding)
-                    .filter(|(_, holds)| **holds)
-                    .map(|(node, _)| {
-                        node.call(take_back_of(&batch.adds, batch.amount), Delivery::Always)
+                    .zip(reserved)
+                    .filter_map(|(node, reserved)| {
+                        reserved?.surrender();
+                        let take_back = take_back_of(&batch.adds, batch.amount);
+                        Some(node.call(take_back, Delivery::Always))
                     })
                     .collect();
                 join_all(take_backs).await;
                 tokio::time::sleep(jitter(began.elapsed() * tries as u32)).await;
-            }
-            if settled {
+            } else {
+                reserved.into_iter().flatten().for_each(Reservation::claim);
                 self.repair(nodes, &lows, batch, tries);
                 return Ok(highest);
             }
@@ -285,31 +302,11 @@ pub(super) fn take_back_of(counters: &[CounterKey], amount: u64) -> Commands {
         .collect()
 }
 
-/// A node's counts for `batch`, from its replies. One command failed
-/// (memcached refused it, or a counter holds text): the check is not
-/// counted there, so what its other commands added is taken back. Started
-/// now and not waited for: the caller gets its error as soon as it is known.
-fn counts_of(
-    node: &Node,
-    batch: &CounterBatch,
-    replies: &Replies,
-) -> Result<BatchCounts, StoreError> {
+/// A node's counts for `batch`, from its replies.
+fn counts_of(batch: &CounterBatch, replies: &Replies) -> Result<BatchCounts, StoreError> {
     let (read, added) = replies.split_at(batch.reads.len().min(replies.len()));
     if read.len() != batch.reads.len() || added.len() != batch.adds.len() {
         return Err(unexpected("answers missing from a batch"));
     }
-    let counts = batch_counts(read, added);
-    if counts.is_err() {
-        let applied: Counters = batch
-            .adds
-            .iter()
-            .zip(added)
-            .filter(|(_, reply)| matches!(reply, Reply::Value(_)))
-            .map(|(&counter, _)| counter)
-            .collect();
-        if !applied.is_empty() {
-            start_now(node.call(take_back_of(&applied, batch.amount), Delivery::Always));
-        }
-    }
-    counts
+    batch_counts(read, added)
 }

@@ -18,7 +18,7 @@
 //! | [`drain`] | a connection given up as stalled, read on for its late replies until it owes nothing or its bound passes |
 //! | [`health`] | the pure policy: overdue, stalled and how it is given up, extra connections, which slot takes a request |
 //! | `status` | what routing reads lock-free: each slot's phase, oldest unanswered write and drain, the node's clock, redials and late replies |
-//! | [`unclaimed`] | a counted request's wait, which takes its additions back if its caller gives up |
+//! | [`unclaimed`] | a counted request's wait, and the reservation of what its replies report added |
 //! | [`doubt`] | when the node last gave reason to doubt it holds every count (a connection lost, a dial failed), and its birth |
 //!
 //! The stream stays in step whatever the callers do:
@@ -28,9 +28,10 @@
 //! - a request whose caller stopped waiting (or whose deadline passed)
 //!   after it was written keeps its place: its replies are read and
 //!   dropped in order. If they carry additions that were applied, the
-//!   additions are taken back (by the reader, or by the caller's
-//!   [`Unclaimed`] wait if the replies reached it first), so Memcached
-//!   counts only what a caller was told was counted;
+//!   reservation of them is dropped (by the reader, or by the caller's
+//!   [`Unclaimed`] wait if the replies reached it first) and gives them
+//!   back, so Memcached counts only what a caller was told was counted
+//!   (the rule, `store::reservation`);
 //! - every command carries an opaque token that the reply must echo, so a
 //!   reply can never be paired with the wrong command;
 //! - a parse error, EOF or a write error drops the connection: everything
@@ -83,7 +84,7 @@ use crate::store::{CallDeadline, StoreError};
 pub use self::queue::Delivery;
 pub use self::status::{ConnectionStates, LateReplies, Redial, Redials};
 use self::status::{NodeClock, NodeStatus, SlotStatus};
-pub use self::unclaimed::Additions;
+pub use self::unclaimed::{Additions, Counted, Queued};
 
 /// A request's commands and its replies, inline up to two: a check of one
 /// limit at precision 1, the commonest, is one `mg` and one `ma`. A request
@@ -335,16 +336,17 @@ impl Node {
 
     /// Send `commands`, some of which are `additions`, and wait for their
     /// replies, until `deadline` if one is given: then the timeout error
-    /// (see [`sweep`]). A caller that stops waiting, or runs out of time,
-    /// is not counted: if it goes after the replies reached it, it takes
-    /// the additions back itself (see [`Unclaimed`]); if before, the
-    /// reader does.
-    pub async fn call_counted(
-        &self,
+    /// (see [`sweep`]). The replies come with the reservation of what they
+    /// report added. A caller that stops waiting, or runs out of time, is
+    /// not counted: if it goes after the replies reached it, its wait
+    /// gives the additions back (see [`Unclaimed`]); if before, the reader
+    /// does.
+    pub async fn call_counted<'a>(
+        &'a self,
         commands: Commands,
-        additions: Additions<'_>,
+        additions: Additions<'a>,
         deadline: Option<CallDeadline>,
-    ) -> Result<Replies, StoreError> {
+    ) -> Result<Counted<'a>, StoreError> {
         let (index, answer) = self.send(commands, Delivery::UndoIfUnclaimed, deadline)?;
         Unclaimed {
             answer: Some(answer),

@@ -14,29 +14,13 @@ use tokio::sync::oneshot;
 
 use super::queue::{Delivery, Queue, Request};
 use super::signal::Signal;
-use super::{Commands, LateReplies, Replies, SlotStatus};
+use super::unclaimed::Queued;
+use super::{LateReplies, Replies, SlotStatus};
+use crate::store::StoreError;
 use crate::store::memcached::wire::{self, Command, Reply};
-use crate::store::{CounterKey, StoreError};
 
 /// A request's replies, or why there are none, on their way to its caller.
 pub type Answer = Result<Replies, StoreError>;
-
-/// The take-back of the additions that were applied, given each command's
-/// addition (`None` for a command that adds nothing) beside its reply: a
-/// subtraction of each; `None` when nothing was added.
-pub(super) fn take_back_of<'a>(
-    pairs: impl Iterator<Item = (Option<(CounterKey, u64)>, &'a Reply)>,
-) -> Option<Request> {
-    let commands: Commands = pairs
-        .filter_map(|(addition, reply)| match (addition, reply) {
-            (Some((counter, amount)), Reply::Value(_)) => {
-                Some(Command::Subtract { counter, amount })
-            }
-            _ => None,
-        })
-        .collect();
-    (!commands.is_empty()).then(|| Request::new(commands, Delivery::Always, None))
-}
 
 /// A written request and where its replies start.
 pub(super) struct InFlight {
@@ -300,11 +284,10 @@ fn check_pairing(
 }
 
 /// Hand a request its replies. If its caller is gone, or was told its
-/// time ran out (see `sweep`), and the request asked for it, the
-/// additions that were applied are taken back: nobody was told they were
-/// counted. (A caller that goes after the replies reached it takes them
-/// back itself: see `Node::call_counted`.) True when a take-back was
-/// queued.
+/// time ran out (see `sweep`), and the request asked for it, the reader
+/// holds the reservation of its additions, with nobody to tell: dropped,
+/// it gives them back. (A caller that goes after the replies reached it
+/// drops its own: see `Unclaimed`.) True when a take-back was queued.
 fn complete(entry: InFlight, replies: Replies, requeue: &Queue) -> bool {
     let replies = match entry.request.reply {
         // Answered by the sweep, or when its connection was given up: its
@@ -318,17 +301,10 @@ fn complete(entry: InFlight, replies: Replies, requeue: &Queue) -> bool {
     if entry.request.delivery != Delivery::UndoIfUnclaimed {
         return false;
     }
-    let pairs = entry
-        .request
-        .commands
-        .iter()
-        .map(Command::addition)
-        .zip(&replies);
-    let Some(take_back) = take_back_of(pairs) else {
-        return false;
-    };
-    requeue.push_owed(take_back);
-    true
+    let reserved = Queued::written(requeue, &entry.request.commands, &replies);
+    let gives_back = reserved.holds();
+    drop(reserved);
+    gives_back
 }
 
 #[cfg(test)]

@@ -1,19 +1,27 @@
-//! A counted request's wait for its answer, and what happens when its
-//! caller gives up during it: the additions it reports applied are taken
-//! back, by this wait or by the reader, exactly once.
+//! A counted request's wait for its answer, and the [`Reservation`] of
+//! what its replies report added, held at the connection until the store
+//! hands it on (see `store::reservation` for the rule). Whoever holds the
+//! replies when the caller is gone gives the additions back: this wait,
+//! if it took them, or the reader, if it had not sent them yet. Exactly
+//! one of them does, since the wait closes the channel before it looks
+//! once more.
 
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
 use tokio::sync::oneshot;
 
-use super::ended_without_answering;
-use super::queue::Queue;
-use super::reader::{self, Answer};
-use crate::store::CounterKey;
+use super::queue::{Delivery, Queue, Request};
+use super::reader::Answer;
+use super::{Commands, Replies, ended_without_answering};
+use crate::store::memcached::wire::{Command, Reply};
+use crate::store::reservation::{Amounts, Reservation, Returns};
+use crate::store::{CounterKey, StoreError};
 
 /// The additions among a request's commands: `counters`, each added
-/// `amount`, whose replies start at `first_reply`.
+/// `amount`, whose replies start at `first_reply`. Borrowed from the
+/// caller, not carried with the answer: an answer is then a few dozen
+/// bytes instead of a few hundred, moved three times per check.
 #[derive(Clone, Copy, Debug)]
 pub struct Additions<'a> {
     pub counters: &'a [CounterKey],
@@ -21,15 +29,99 @@ pub struct Additions<'a> {
     pub first_reply: usize,
 }
 
+/// A counted request's replies, and its additions held until the caller
+/// is told of them.
+pub struct Counted<'a> {
+    pub replies: Replies,
+    pub reserved: Reservation<Queued<'a>>,
+}
+
+/// Where a request's additions go back to: subtractions queued ahead of
+/// callers' requests on the slot that counted them, which keeps what is
+/// owed across a redial. A group is one command of the request.
+pub struct Queued<'a> {
+    queue: &'a Queue,
+    counters: Counters<'a>,
+}
+
+/// A group's counter: the request's additions, or each of its commands.
+enum Counters<'a> {
+    Added(&'a [CounterKey]),
+    Commands(&'a [Command]),
+}
+
+impl Returns for Queued<'_> {
+    fn give_back(&self, amounts: &[u64], _now_ms: u64) {
+        let counter = |group: usize| match self.counters {
+            Counters::Added(counters) => counters.get(group).copied(),
+            Counters::Commands(commands) => commands
+                .get(group)
+                .and_then(|command| Some(command.addition()?.0)),
+        };
+        let commands: Commands = amounts
+            .iter()
+            .enumerate()
+            .filter(|(_, amount)| **amount > 0)
+            .filter_map(|(group, &amount)| {
+                Some(Command::Subtract {
+                    counter: counter(group)?,
+                    amount,
+                })
+            })
+            .collect();
+        if !commands.is_empty() {
+            self.queue
+                .push_owed(Request::new(commands, Delivery::Always, None));
+        }
+    }
+}
+
+impl<'a> Queued<'a> {
+    /// `additions`' reservation, from the replies to its request.
+    fn additions(
+        queue: &'a Queue,
+        additions: Additions<'a>,
+        replies: &[Reply],
+    ) -> Reservation<Self> {
+        let applied = replies.iter().skip(additions.first_reply).map(applied);
+        let amounts: Amounts = applied
+            .take(additions.counters.len())
+            .map(|applied| if applied { additions.amount } else { 0 })
+            .collect();
+        let counters = Counters::Added(additions.counters);
+        Reservation::new(Queued { queue, counters }, amounts, 0)
+    }
+
+    /// The reservation of a written request's additions, from its replies:
+    /// the reader's, when no caller took them.
+    pub(super) fn written(
+        queue: &'a Queue,
+        commands: &'a [Command],
+        replies: &[Reply],
+    ) -> Reservation<Self> {
+        let amounts: Amounts = commands
+            .iter()
+            .zip(replies)
+            .map(|(command, reply)| match command.addition() {
+                Some((_, amount)) if applied(reply) => amount,
+                _ => 0,
+            })
+            .collect();
+        let counters = Counters::Commands(commands);
+        Reservation::new(Queued { queue, counters }, amounts, 0)
+    }
+}
+
+/// Whether an addition's reply says it was applied.
+fn applied(reply: &Reply) -> bool {
+    matches!(reply, Reply::Value(_))
+}
+
 /// The wait for a counted request's answer. Dropped before it took the
 /// answer (its caller gave up), it closes the channel and looks once more:
-/// an answer already sent is taken, and the additions it reports applied
-/// are taken back; one not yet sent never will be, and the reader takes
-/// them back instead (see `reader::complete`). Either way exactly one of
-/// them does, and Memcached counts only what a caller was told was
-/// counted. The additions are borrowed from the caller, not carried with
-/// the answer: an answer is then a few dozen bytes instead of a few
-/// hundred, moved three times per check.
+/// an answer already sent is taken, and its reservation dropped; one not
+/// yet sent never will be, and the reader drops it instead (see
+/// `reader::complete`).
 pub(super) struct Unclaimed<'a> {
     /// `None` once taken.
     pub(super) answer: Option<oneshot::Receiver<Answer>>,
@@ -37,16 +129,18 @@ pub(super) struct Unclaimed<'a> {
     pub(super) queue: &'a Queue,
 }
 
-impl Future for Unclaimed<'_> {
-    type Output = Answer;
+impl<'a> Future for Unclaimed<'a> {
+    type Output = Result<Counted<'a>, StoreError>;
 
-    fn poll(mut self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<Answer> {
+    fn poll(mut self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<Self::Output> {
         let Some(answer) = self.answer.as_mut() else {
             return Poll::Ready(Err(ended_without_answering()));
         };
         let answered = ready!(Pin::new(answer).poll(context));
         self.answer = None;
-        Poll::Ready(answered.unwrap_or_else(|_| Err(ended_without_answering())))
+        let replies = answered.unwrap_or_else(|_| Err(ended_without_answering()))?;
+        let reserved = Queued::additions(self.queue, self.additions, &replies);
+        Poll::Ready(Ok(Counted { replies, reserved }))
     }
 }
 
@@ -56,20 +150,8 @@ impl Drop for Unclaimed<'_> {
             return;
         };
         answer.close();
-        let Ok(Ok(replies)) = answer.try_recv() else {
-            return;
-        };
-        let Additions {
-            counters,
-            amount,
-            first_reply,
-        } = self.additions;
-        let pairs = counters
-            .iter()
-            .map(|&counter| Some((counter, amount)))
-            .zip(replies.iter().skip(first_reply));
-        if let Some(take_back) = reader::take_back_of(pairs) {
-            self.queue.push_owed(take_back);
+        if let Ok(Ok(replies)) = answer.try_recv() {
+            drop(Queued::additions(self.queue, self.additions, &replies));
         }
     }
 }
