@@ -18,7 +18,7 @@
 //!       |-- boundary crossed: take back, again (boundary.rs)
 //!       |-- store failed: fall back, once      (fallback.rs)
 //!       v
-//!  answer the others, take back, remember      (lead.rs, owed.rs)
+//!  answer the others, take back, remember      (lead.rs)
 //!       v
 //!  observe  metrics by policy; shadow mode     (observed.rs)
 //! ```
@@ -70,7 +70,6 @@ mod decision;
 // One deadline for all of a request's store calls.
 mod deadline;
 // Additions no caller has been told of, taken back if dropped.
-mod owed;
 // Removing a key's counters (`POST /v1/reset`).
 mod reset;
 // Keys that are never limited.

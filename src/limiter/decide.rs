@@ -51,24 +51,18 @@ impl<S: Store> Limiter<S> {
             screening.parts.push(part);
             screening.costs.push(item.cost);
         }
-        let Screening {
-            refused: refused_first,
-            parts,
-            costs,
-            read_again,
-        } = screening;
-        if parts.is_empty() {
+        let refused_first = screening.refused;
+        if screening.parts.is_empty() {
             return Ok(refused_first.into_iter().map(|(_, d)| d).collect());
         }
-        let counting = counting_for(items, &refused_first, counting);
         let arrival = Arrival {
-            parts,
-            costs,
-            counting,
+            parts: screening.parts,
+            costs: screening.costs,
+            counting: counting_for(items, &refused_first, counting),
             now_ms,
             deadline,
             by: asking,
-            read_again,
+            read_again: screening.read_again,
         };
         let found = match &self.exchange.coalescer {
             Some(coalescer) => self.gathered(coalescer, arrival).await?,
@@ -136,8 +130,11 @@ impl<S: Store> Limiter<S> {
             wait_for_turn(turn).await
         };
         match turn {
-            Some(Turn::Decided(result, counted)) => {
-                counted.claim();
+            Some(Turn::Decided(result, share)) => {
+                // Read: the caller is told now.
+                if let Some(share) = share {
+                    share.claim();
+                }
                 Err(result)
             }
             Some(Turn::Lead(hand_off)) => Ok(hand_off.take()),

@@ -20,13 +20,17 @@ use tokio::time::Instant;
 
 use super::FailureMode;
 use super::deadline::{Bounded, Deadline, Timed};
-use super::owed::Owed;
 use crate::join::join_all;
 use crate::metrics::Metrics;
+use crate::store::reservation::{Added, Amounts, Reservation};
 use crate::store::{BatchCounts, CallDeadline, CounterBatch, CounterKey, Store, StoreError};
 
 /// Each part's value after a take-back, when known.
 pub(super) type After = SmallVec<[Option<Vec<Option<u64>>>; 1]>;
+
+/// What a request's exchange added, one group a part, held until its
+/// callers are told (see `store::reservation`).
+pub(super) type Held<'a, S> = Reservation<Added<&'a S, &'a [CounterKey]>>;
 
 /// The store, and how a request reaches it.
 pub(super) struct Exchange<S> {
@@ -118,41 +122,74 @@ impl<S: Store> Exchange<S> {
         Timed::new(self, deadline, Instant::now(), call)
     }
 
-    /// Several parts' batches at once. Until every batch has answered, an
-    /// answered one is owed back: if the request is dropped meanwhile (its
-    /// caller gave up while another node was slow), nobody was told its
-    /// additions counted. One failing takes back what the others added.
-    pub(super) async fn read_and_add_many(
-        &self,
+    /// The reservation of what `batches` added, `amounts[i]` to part `i`'s
+    /// counters (see `store::reservation`): a leader holds it until each
+    /// request of its batch has its answer.
+    pub(super) fn held<'a>(
+        &'a self,
+        batches: &'a [CounterBatch],
+        amounts: impl IntoIterator<Item = u64>,
+    ) -> Held<'a, S> {
+        let adds = batches.iter().map(|batch| batch.adds.as_slice()).collect();
+        let amounts = batches.iter().zip(amounts);
+        let amounts = amounts.map(|(batch, amount)| if batch.adds.is_empty() { 0 } else { amount });
+        let now_ms = batches.first().map_or(0, |batch| batch.now_ms);
+        let returns = Added {
+            store: &*self.store,
+            adds,
+        };
+        Reservation::new(returns, amounts.collect(), now_ms)
+    }
+
+    /// One part's batch, and the reservation of what it added.
+    pub(super) async fn read_and_add<'a>(
+        &'a self,
         deadline: Deadline,
-        batches: &[CounterBatch],
-    ) -> Result<SmallVec<[BatchCounts; 1]>, StoreError> {
+        batch: &'a CounterBatch,
+    ) -> Result<(BatchCounts, Held<'a, S>), StoreError> {
+        let found = self.timed_read_and_add(deadline, batch).await?;
+        Ok((
+            found,
+            self.held(std::slice::from_ref(batch), [batch.amount]),
+        ))
+    }
+
+    /// Several parts' batches at once. Until every batch has answered, an
+    /// answered one stays reserved: if the request is dropped meanwhile
+    /// (its caller gave up while another node was slow), nobody was told
+    /// its additions counted. One failing takes back what the others
+    /// added.
+    pub(super) async fn read_and_add_many<'a>(
+        &'a self,
+        deadline: Deadline,
+        batches: &'a [CounterBatch],
+    ) -> Result<(SmallVec<[BatchCounts; 1]>, Held<'a, S>), StoreError> {
         let calls = batches
             .iter()
-            .map(|batch| async move {
-                let result = self.timed_read_and_add(deadline, batch).await;
-                let amount = if result.is_ok() { batch.amount } else { 0 };
-                let owed = Owed::one(&*self.store, &batch.adds, amount, batch.now_ms);
-                (result, owed)
-            })
+            .map(|batch| self.read_and_add(deadline, batch))
             .collect();
-        let results: Vec<Result<BatchCounts, StoreError>> = join_all(calls)
-            .await
-            .into_iter()
-            .map(|(result, owed)| {
-                owed.claimed();
-                result
-            })
-            .collect();
-        let Some(error) = results.iter().find_map(|result| result.as_ref().err()) else {
-            return Ok(results.into_iter().flatten().collect());
+        let mut found = SmallVec::new();
+        let mut amounts = Amounts::new();
+        let mut first_error = None;
+        for result in join_all(calls).await {
+            match result {
+                Ok((counts, held)) => {
+                    found.push(counts);
+                    amounts.extend(held.surrender());
+                }
+                Err(error) => {
+                    first_error.get_or_insert(error);
+                    amounts.push(0);
+                }
+            }
+        }
+        // Handed from each part's reservation to the request's, with no
+        // wait between.
+        let held = self.held(batches, amounts);
+        let Some(error) = first_error else {
+            return Ok((found, held));
         };
-        let error = error.clone();
-        let added: SmallVec<[u64; 1]> = batches
-            .iter()
-            .zip(&results)
-            .map(|(batch, result)| if result.is_ok() { batch.amount } else { 0 })
-            .collect();
+        let added = held.surrender();
         self.take_back(deadline, batches, &added).await;
         Err(error)
     }

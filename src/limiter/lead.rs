@@ -2,26 +2,27 @@
 //! every request of the batch, the reckoning, the answers, the take-back,
 //! what the near-cache remembers; the failure mode when the store fails.
 
-use std::sync::Arc;
 use std::task::Poll;
 
 use smallvec::{SmallVec, smallvec};
 
 mod parts;
 
-use self::parts::{answer_refused, counts_of, decisions_of, limits_of};
+use self::parts::{
+    Answering, answer_admitted, answer_refused, counts_of, decision_of, decisions_of,
+    holds_its_own, limits_of,
+};
 
 use super::boundary::{self, Crossing};
 use super::counters::{self, CountsByLimit, Layouts};
-use super::exchange::After;
-use super::exchange::gather::{Counted, Lead, Member, StoreTakeBack, TakeBack};
-use super::owed::Owed;
-use super::reckon::{Reckoning, Verdicts, reckon, room_after_take_back};
+use super::exchange::gather::{Lead, Member};
+use super::exchange::{After, Held};
+use super::reckon::{Reckoning, reckon, room_after_take_back};
 use super::request::{Arrival, Decisions};
 use super::screen::Read;
-use super::{CheckError, Decision, Limiter, Source};
+use super::{CheckError, Limiter};
 use crate::store::{BatchCounts, CounterBatch, Store, StoreError};
-use crate::window::{Counting, Verdict};
+use crate::window::Counting;
 
 /// What a batch read, and how it was reckoned: for `settle`. Borrowed:
 /// moved into `settle`'s future, it would be held there beside the
@@ -51,8 +52,8 @@ impl<S: Store> Limiter<S> {
         loop {
             lead.others.retain(Member::waiting);
             let (layouts, batches) = self.batches(lead, arrival, now_ms);
-            let counts = match self.exchanged(lead, arrival, &batches).await {
-                Ok(found) => counts_of(&layouts, &batches, found),
+            let (counts, held) = match self.exchanged(lead, arrival, &batches).await {
+                Ok((found, held)) => (counts_of(&layouts, &batches, found), held),
                 Err(error) => return self.fall_back_batch(lead, error, arrival, now_ms).await,
             };
             let limits = limits_of(arrival);
@@ -73,9 +74,9 @@ impl<S: Store> Limiter<S> {
                     true
                 }
                 Some(crossing) => {
-                    let adding = &reckoning.adding;
+                    let adding = held.surrender();
                     let deadline = arrival.deadline;
-                    Box::pin(self.exchange.take_back(deadline, &batches, adding)).await;
+                    Box::pin(self.exchange.take_back(deadline, &batches, &adding)).await;
                     if let Crossing::Refused(error) = crossing {
                         self.metrics.store_error(&error);
                         return self.fall_back_batch(lead, error, arrival, now_ms).await;
@@ -92,7 +93,7 @@ impl<S: Store> Limiter<S> {
                 now_ms,
                 may_go_again,
             };
-            match self.settle(lead, arrival, settling).await {
+            match self.settle(lead, arrival, settling, held).await {
                 Some(decisions) => return Ok(decisions),
                 None => (now_ms, may_go_again) = (self.clock.now_ms(), false),
             }
@@ -131,15 +132,15 @@ impl<S: Store> Limiter<S> {
 
     /// The store's answer for every part, the leader answering each other
     /// request by the failure mode at its own deadline if it is not back.
-    async fn exchanged(
-        &self,
+    async fn exchanged<'b>(
+        &'b self,
         lead: &mut Lead<'_>,
         arrival: &Arrival<'_>,
-        batches: &[CounterBatch],
-    ) -> Result<SmallVec<[BatchCounts; 1]>, StoreError> {
+        batches: &'b [CounterBatch],
+    ) -> Result<(SmallVec<[BatchCounts; 1]>, Held<'b, S>), StoreError> {
         let deadline = arrival.deadline;
         if let [batch] = batches {
-            let exchange = self.exchange.timed_read_and_add(deadline, batch);
+            let exchange = self.exchange.read_and_add(deadline, batch);
             // Boxed: a lone check's future (most checks) stays the size of
             // its own exchange, without the batch's timer in it.
             let found = if lead.others.is_empty() {
@@ -147,7 +148,7 @@ impl<S: Store> Limiter<S> {
             } else {
                 Box::pin(self.answering_late_members(lead, arrival, exchange)).await
             };
-            return found.map(|found| smallvec![found]);
+            return found.map(|(found, held)| (smallvec![found], held));
         }
         let exchange = self.exchange.read_and_add_many(deadline, batches);
         Box::pin(self.answering_late_members(lead, arrival, exchange)).await
@@ -163,6 +164,7 @@ impl<S: Store> Limiter<S> {
         lead: &mut Lead<'_>,
         arrival: &Arrival<'_>,
         settling: Settling<'_>,
+        mut held: Held<'_, S>,
     ) -> Option<Decisions> {
         let Settling {
             batches,
@@ -172,43 +174,33 @@ impl<S: Store> Limiter<S> {
             now_ms,
             may_go_again,
         } = settling;
-        let (counting, deadline) = (arrival.counting, arrival.deadline);
-        let decision_of = |verdict: Verdict| {
-            let decision = Decision::new(verdict, Source::Store);
-            if stood && decision.allowed {
-                boundary::stands(decision)
-            } else {
-                decision
-            }
-        };
+        let counting = arrival.counting;
+        let decision_of = decision_of(stood);
         let mut verdicts = std::mem::take(&mut reckoning.verdicts);
         let mine = verdicts.pop().unwrap_or_default();
+        // What was refused is taken back below, by the leader itself.
+        held.surrender_part(&reckoning.take_back);
         // The admitted first; the refused once the take-back has landed,
         // so a refused caller that asks again finds the counts it left.
         let refused = if lead.others.is_empty() {
             Vec::new()
         } else {
-            self.answer_admitted(lead, batches, verdicts, reckoning, &decision_of, counting)
+            let answering = Answering {
+                verdicts,
+                reckoning,
+                held: &mut held,
+                counting,
+            };
+            answer_admitted(&self.exchange.store, lead, batches, answering, &decision_of)
         };
-        let mine_counted = counting == Counting::IfAdmitted && mine.iter().all(|v| v.counted);
-        // This request's own count stands only if its caller gets the
-        // answer: dropped while the take-back below is awaited, it is
-        // taken back too.
-        let own = Owed::many(
-            &*self.exchange.store,
-            batches
-                .iter()
-                .zip(&arrival.costs)
-                .map(|(batch, &cost)| (batch.adds.as_slice(), if mine_counted { cost } else { 0 })),
-            now_ms,
+        debug_assert!(
+            holds_its_own(&held, arrival),
+            "the leader holds its own count"
         );
-        let after = if reckoning.take_back.iter().any(|&back| back > 0) {
-            let take_back = &reckoning.take_back;
-            Box::pin(self.exchange.take_back(deadline, batches, take_back)).await
-        } else {
-            After::new()
-        };
-        own.claimed();
+        // What is held now is this request's own count: dropped while the
+        // take-back is awaited (its caller gave up), it is given back too.
+        let after = self.take_back_refused(arrival, batches, reckoning).await;
+        held.claim();
         // Every request of several parts refused, and the take-back left
         // room: refused by additions since gone, the batch goes once more.
         let several = arrival.parts.len() > 1 && counting == Counting::IfAdmitted;
@@ -223,52 +215,23 @@ impl<S: Store> Limiter<S> {
         Some(decisions_of(mine, &decision_of))
     }
 
-    /// Hand each other request its decisions, in one pass: the ones that
-    /// count now; the ones refused a count (which hold nothing) are
-    /// returned, by place, to be answered once the take-back has landed.
-    /// A counted answer takes its costs back if its caller drops it
-    /// unread; one whose caller already left is taken back with the
-    /// refused ones.
-    fn answer_admitted(
+    /// Take back what the batch refused (and what callers who left were
+    /// counted): each part's values after, when known.
+    async fn take_back_refused(
         &self,
-        lead: &mut Lead<'_>,
+        arrival: &Arrival<'_>,
         batches: &[CounterBatch],
-        verdicts: SmallVec<[Verdicts; 1]>,
-        reckoning: &mut Reckoning,
-        decision_of: &impl Fn(Verdict) -> Decision,
-        counting: Counting,
-    ) -> Vec<(usize, Verdicts)> {
-        let mut refused = Vec::new();
-        // One take-back for the whole batch, shared by its counted answers.
-        let mut batch_take_back: Option<Arc<dyn TakeBack>> = None;
-        for (index, (member, verdicts)) in lead.others.iter_mut().zip(verdicts).enumerate() {
-            let all_counted = verdicts.iter().all(|verdict| verdict.counted);
-            let was_counted = counting == Counting::IfAdmitted && all_counted;
-            if counting == Counting::IfAdmitted && !all_counted {
-                refused.push((index, verdicts));
-                continue;
-            }
-            let counted = if was_counted {
-                let take_back = batch_take_back.get_or_insert_with(|| {
-                    Arc::new(StoreTakeBack {
-                        store: self.exchange.store.clone(),
-                        counters: batches.iter().map(|batch| batch.adds.clone()).collect(),
-                        now_ms: batches.first().map_or(0, |batch| batch.now_ms),
-                    })
-                });
-                Counted::taking_back(take_back.clone(), member.costs.clone())
-            } else {
-                Counted::NOTHING
-            };
-            let decisions = decisions_of(verdicts, decision_of);
-            if !member.answer(Ok(decisions), counted) && was_counted {
-                for (index, &cost) in member.costs.iter().enumerate() {
-                    reckoning.kept[index] -= cost;
-                    reckoning.take_back[index] += cost;
-                }
-            }
+        reckoning: &Reckoning,
+    ) -> After {
+        let take_back = &reckoning.take_back;
+        if take_back.iter().all(|&back| back == 0) {
+            return After::new();
         }
-        refused
+        Box::pin(
+            self.exchange
+                .take_back(arrival.deadline, batches, take_back),
+        )
+        .await
     }
 
     /// What the near-cache learns of the batch: each part that refused a
@@ -390,6 +353,7 @@ impl<S: Store> Limiter<S> {
             self.fallback
                 .decide(error, parts, &member.costs, counting, now_ms),
         );
-        member.answer(decided.await, Counted::NOTHING);
+        // Nothing of it was counted: a caller gone is owed nothing.
+        let _ = member.answer(decided.await, None);
     }
 }

@@ -7,15 +7,14 @@ use std::collections::VecDeque;
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use smallvec::SmallVec;
 use tokio::sync::oneshot;
 
 use super::super::CheckError;
 use super::super::deadline::Deadline;
 use super::super::request::{Costs, Decisions, Part};
-use crate::join::start_now;
 use crate::near_cache::{Items, NearKey};
-use crate::store::{CounterKey, Counters, Store};
+use crate::store::Reservation;
+use crate::store::reservation::SharedAdded;
 use crate::window::Counting;
 
 /// The most checks one exchange decides.
@@ -26,72 +25,18 @@ const SHARDS: usize = 32;
 
 /// What a gathered check is told.
 pub(in crate::limiter) enum Turn {
-    /// Its answer, and the take-back of its costs if it was counted and
-    /// the answer is dropped unread.
-    Decided(Result<Decisions, CheckError>, Counted),
+    /// Its answer, and its share of the batch's reservation when it was
+    /// counted: dropped unread (its caller's own timeout fired just as the
+    /// answer was sent), the share gives its costs back.
+    Decided(Result<Decisions, CheckError>, Option<Share>),
     /// Run the next exchange, for itself (first) and the others it holds.
     Lead(HandOff),
 }
 
-/// A counted answer on its way to its check. The leader has counted it as
-/// told; if the check's caller drops it unread (its own timeout fired just
-/// as the answer was sent), its cost is taken back then, as the store's
-/// connections do for an outcome nobody claims. The take-back is the
-/// batch's, shared by all its counted answers: one allocation a batch,
-/// not one a check.
-pub(in crate::limiter) struct Counted(Option<(Arc<dyn TakeBack>, Costs)>);
-
-/// How a batch takes back one counted answer's costs (one per part).
-pub(in crate::limiter) trait TakeBack: Send + Sync {
-    fn take_back(&self, costs: &[u64]);
-}
-
-impl Counted {
-    pub(in crate::limiter) const NOTHING: Counted = Counted(None);
-
-    /// An answer of `costs` that `take_back` takes back if it is dropped
-    /// unread.
-    pub(in crate::limiter) fn taking_back(take_back: Arc<dyn TakeBack>, costs: Costs) -> Counted {
-        Counted(Some((take_back, costs)))
-    }
-
-    /// The answer was read: its count stands.
-    pub(in crate::limiter) fn claim(mut self) {
-        self.0 = None;
-    }
-}
-
-impl Drop for Counted {
-    fn drop(&mut self) {
-        if let Some((take_back, costs)) = self.0.take() {
-            take_back.take_back(&costs);
-        }
-    }
-}
-
-/// Takes a counted answer's costs back from the counters its batch added
-/// to, part by part (see [`Counted`]).
-pub(in crate::limiter) struct StoreTakeBack<S: Store> {
-    pub(in crate::limiter) store: S,
-    pub(in crate::limiter) counters: SmallVec<[Counters; 1]>,
-    pub(in crate::limiter) now_ms: u64,
-}
-
-impl<S: Store> TakeBack for StoreTakeBack<S> {
-    fn take_back(&self, costs: &[u64]) {
-        if let ([counters], [cost]) = (self.counters.as_slice(), costs) {
-            start_now(self.store.subtract(counters, *cost, self.now_ms));
-            return;
-        }
-        let takes: Vec<(&[CounterKey], u64)> = self
-            .counters
-            .iter()
-            .zip(costs)
-            .map(|(counters, &cost)| (counters.as_slice(), cost))
-            .collect();
-        start_now(self.store.subtract_many(&takes, self.now_ms));
-    }
-}
+/// A counted answer's share of its batch's reservation: its costs, one
+/// per part, given back through returns the batch's answers share (one
+/// allocation a batch, not one a check).
+pub(in crate::limiter) type Share = Reservation<SharedAdded>;
 
 /// The lead of a key's next batch, on its way to the check that runs it.
 /// Dropped untaken (that check's caller gave up before it read its turn),
@@ -136,21 +81,22 @@ impl Member {
         self.reply.as_ref().is_some_and(|reply| !reply.is_closed())
     }
 
-    /// Hand it its answer. False when its caller stopped waiting (or it
-    /// was answered already): then nothing of the answer was taken, and
-    /// the leader accounts for it.
-    pub fn answer(&mut self, result: Result<Decisions, CheckError>, counted: Counted) -> bool {
+    /// Hand it its answer, with its `share` of the batch's reservation if
+    /// it was counted. `Err` with the share when its caller stopped
+    /// waiting (or it was answered already): nothing of the answer was
+    /// taken, and the leader takes the share back.
+    pub fn answer(
+        &mut self,
+        result: Result<Decisions, CheckError>,
+        share: Option<Share>,
+    ) -> Result<(), Option<Share>> {
         let Some(reply) = self.reply.take() else {
-            counted.claim();
-            return false;
+            return Err(share);
         };
-        match reply.send(Turn::Decided(result, counted)) {
-            Ok(()) => true,
-            Err(Turn::Decided(_, counted)) => {
-                counted.claim();
-                false
-            }
-            Err(Turn::Lead(_)) => false,
+        match reply.send(Turn::Decided(result, share)) {
+            Ok(()) => Ok(()),
+            Err(Turn::Decided(_, share)) => Err(share),
+            Err(Turn::Lead(_)) => Err(None),
         }
     }
 }
@@ -328,10 +274,8 @@ fn pass_on(shards: &Arc<Shards>, key: InFlight, mut left: Vec<Member>) {
             Ok(()) => return,
             // Its caller is gone: the next one leads.
             Err(Turn::Lead(hand_off)) => left = hand_off.take(),
-            Err(Turn::Decided(_, counted)) => {
-                counted.claim();
-                return;
-            }
+            // Never sent to a check that leads (and it holds nothing).
+            Err(Turn::Decided(..)) => return,
         }
     }
 }

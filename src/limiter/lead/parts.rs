@@ -1,17 +1,23 @@
 //! Per part and per request, for the leader: each part's limits and its
 //! counts before the batch, each request's decisions from its verdicts,
-//! and the answers of refused requests once the take-back has landed.
+//! the answers of admitted requests, each with its share of what the
+//! leader holds, and of refused ones once the take-back has landed.
+
+use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use super::super::Decision;
+use super::super::boundary;
 use super::super::counters::{self, CountsByLimit, Layouts};
-use super::super::exchange::gather::{Counted, Lead};
-use super::super::reckon::Verdicts;
+use super::super::exchange::Held;
+use super::super::exchange::gather::Lead;
+use super::super::reckon::{Reckoning, Verdicts};
 use super::super::request::{Arrival, Decisions};
+use super::super::{Decision, Source};
 use crate::policy::Limit;
-use crate::store::{BatchCounts, CounterBatch};
-use crate::window::Verdict;
+use crate::store::reservation::{Added, SharedAdded};
+use crate::store::{BatchCounts, CounterBatch, Store};
+use crate::window::{Counting, Verdict};
 
 /// Answer the refused requests set aside by `answer_admitted`, once the
 /// take-back has landed; the batch is then answered whole.
@@ -22,10 +28,92 @@ pub(super) fn answer_refused(
 ) {
     for (index, verdicts) in refused {
         if let Some(member) = lead.others.get_mut(index) {
-            member.answer(Ok(decisions_of(verdicts, decision_of)), Counted::NOTHING);
+            // Refused: it holds nothing, and a caller gone is told nothing.
+            let _ = member.answer(Ok(decisions_of(verdicts, decision_of)), None);
         }
     }
     lead.others.clear();
+}
+
+/// What `answer_admitted` answers from: the other requests' verdicts, the
+/// reckoning it amends for callers gone, and what the leader holds.
+pub(super) struct Answering<'r, 'h, S: Store> {
+    pub(super) verdicts: SmallVec<[Verdicts; 1]>,
+    pub(super) reckoning: &'r mut Reckoning,
+    pub(super) held: &'r mut Held<'h, S>,
+    pub(super) counting: Counting,
+}
+
+/// Hand each other request its decisions, in one pass: the ones that
+/// count now; the ones refused a count (which hold nothing) are
+/// returned, by place, to be answered once the take-back has landed.
+/// A counted answer carries its share of what the leader holds,
+/// given back if its caller drops it unread; one whose caller already
+/// left is taken back with the refused ones.
+pub(super) fn answer_admitted<S: Store>(
+    store: &Arc<S>,
+    lead: &mut Lead<'_>,
+    batches: &[CounterBatch],
+    answering: Answering<'_, '_, S>,
+    decision_of: &impl Fn(Verdict) -> Decision,
+) -> Vec<(usize, Verdicts)> {
+    let Answering {
+        verdicts,
+        reckoning,
+        held,
+        counting,
+    } = answering;
+    let mut refused = Vec::new();
+    // One returns for the whole batch, shared by its counted answers.
+    let mut shared: Option<SharedAdded> = None;
+    for (index, (member, verdicts)) in lead.others.iter_mut().zip(verdicts).enumerate() {
+        let all_counted = verdicts.iter().all(|verdict| verdict.counted);
+        if counting == Counting::IfAdmitted && !all_counted {
+            refused.push((index, verdicts));
+            continue;
+        }
+        let share = (counting == Counting::IfAdmitted).then(|| {
+            let returns = shared.get_or_insert_with(|| {
+                let adds = batches.iter().map(|batch| batch.adds.clone());
+                Added::shared(store.clone(), adds)
+            });
+            held.hand_over(&member.costs, returns.clone())
+        });
+        let decisions = decisions_of(verdicts, decision_of);
+        if let Err(Some(share)) = member.answer(Ok(decisions), share) {
+            let back = share.surrender();
+            for (index, &cost) in back.iter().enumerate() {
+                reckoning.kept[index] -= cost;
+                reckoning.take_back[index] += cost;
+            }
+        }
+    }
+    refused
+}
+
+/// A verdict's decision, told apart when its admission crossed a bucket
+/// boundary and `stood`.
+pub(super) fn decision_of(stood: bool) -> impl Fn(Verdict) -> Decision {
+    move |verdict| {
+        let decision = Decision::new(verdict, Source::Store);
+        if stood && decision.allowed {
+            boundary::stands(decision)
+        } else {
+            decision
+        }
+    }
+}
+
+/// Whether what a leader holds, once every other request has its share,
+/// is its own count or nothing (a request that counts if admitted), or
+/// all it added (one that counts whatever).
+pub(super) fn holds_its_own<S: Store>(held: &Held<'_, S>, arrival: &Arrival<'_>) -> bool {
+    arrival.counting != Counting::IfAdmitted
+        || held
+            .amounts()
+            .iter()
+            .zip(&arrival.costs)
+            .all(|(&held, &own)| held == 0 || held == own)
 }
 
 /// A request's decisions from its verdicts: built in place for one part.
