@@ -150,6 +150,9 @@ pub struct Policy {
     /// A hash of the limits' windows, computed once: it tells the
     /// near-cache's entries of one key under different policies apart.
     windows_id: u64,
+    /// A hash of the limits, values included, seeded once per process
+    /// (see [`limits_id`](Self::limits_id)).
+    limits_id: u64,
     /// Shadow mode: decide and count as usual, but always admit.
     shadow: bool,
 }
@@ -203,9 +206,19 @@ impl Policy {
         for limit in &limits {
             limit.window.hash(&mut hasher);
         }
+        // Seeded per process: the limits of inline policies are a
+        // client's to choose, and two that collided would share an
+        // exchange in flight and be decided by one of them.
+        static SEED: std::sync::OnceLock<std::collections::hash_map::RandomState> =
+            std::sync::OnceLock::new();
+        let limits_id = std::hash::BuildHasher::hash_one(
+            SEED.get_or_init(std::collections::hash_map::RandomState::new),
+            &limits,
+        );
         Ok(Policy {
             scope,
             windows_id: hasher.finish(),
+            limits_id,
             limits,
             shadow: false,
         })
@@ -253,6 +266,14 @@ impl Policy {
     /// it compares the windows too.
     pub fn windows_id(&self) -> u64 {
         self.windows_id
+    }
+
+    /// A hash of the limits, values included, the same in one process for
+    /// policies with the same limits and seeded per process, computed
+    /// once: what tells requests of one key in flight under other limit
+    /// values apart, without hashing the limits at each request.
+    pub fn limits_id(&self) -> u64 {
+        self.limits_id
     }
 
     /// The counters one check of this policy reads or adds to: precision + 1

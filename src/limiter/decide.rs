@@ -55,7 +55,7 @@ impl<S: Store> Limiter<S> {
         if screening.parts.is_empty() {
             return Ok(refused_first.into_iter().map(|(_, d)| d).collect());
         }
-        let arrival = Arrival {
+        let mut arrival = Arrival {
             parts: screening.parts,
             costs: screening.costs,
             counting: counting_for(items, &refused_first, counting),
@@ -65,7 +65,7 @@ impl<S: Store> Limiter<S> {
             read_again: screening.read_again,
         };
         let found = match &self.exchange.coalescer {
-            Some(coalescer) => self.gathered(coalescer, arrival).await?,
+            Some(coalescer) => self.gathered(coalescer, &mut arrival).await?,
             // Without coalescing, a request is a batch of one.
             None => self.lead(&mut Lead::alone(), &arrival).await?,
         };
@@ -81,7 +81,7 @@ impl<S: Store> Limiter<S> {
     async fn gathered(
         &self,
         coalescer: &Coalescer,
-        arrival: Arrival<'_>,
+        arrival: &mut Arrival<'_>,
     ) -> Result<Decisions, CheckError> {
         let key = coalescer.in_flight(&arrival.parts, arrival.counting, arrival.by);
         // A request that leads at once decides at the instant it arrived;
@@ -90,7 +90,7 @@ impl<S: Store> Limiter<S> {
             Joined::Lead => (Vec::new(), arrival.now_ms),
             Joined::Wait(turn) => {
                 self.metrics.coalesced();
-                match self.wait(turn, &arrival).await {
+                match self.wait(turn, arrival).await {
                     Ok(others) => (others, self.clock.now_ms()),
                     Err(decided) => return decided,
                 }
@@ -100,9 +100,8 @@ impl<S: Store> Limiter<S> {
             turn: Some((coalescer, key)),
             others,
         };
-        let mut arrival = arrival;
         arrival.now_ms = now_ms;
-        self.lead(&mut lead, &arrival).await
+        self.lead(&mut lead, arrival).await
         // Dropping `lead` passes the turn to the next batch, once this
         // batch's take-back (if any) has landed: the next batch then reads
         // counts without this one's refused costs in them.

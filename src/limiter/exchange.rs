@@ -125,14 +125,11 @@ impl<S: Store> Exchange<S> {
     /// The reservation of what `batches` added, `amounts[i]` to part `i`'s
     /// counters (see `store::reservation`): a leader holds it until each
     /// request of its batch has its answer.
-    pub(super) fn held<'a>(
-        &'a self,
-        batches: &'a [CounterBatch],
-        amounts: impl IntoIterator<Item = u64>,
-    ) -> Held<'a, S> {
+    pub(super) fn held<'a>(&'a self, batches: &'a [CounterBatch], amounts: &[u64]) -> Held<'a, S> {
         let adds = batches.iter().map(|batch| batch.adds.as_slice()).collect();
         let amounts = batches.iter().zip(amounts);
-        let amounts = amounts.map(|(batch, amount)| if batch.adds.is_empty() { 0 } else { amount });
+        let amounts =
+            amounts.map(|(batch, &amount)| if batch.adds.is_empty() { 0 } else { amount });
         let now_ms = batches.first().map_or(0, |batch| batch.now_ms);
         let returns = Added {
             store: &*self.store,
@@ -141,17 +138,29 @@ impl<S: Store> Exchange<S> {
         Reservation::new(returns, amounts.collect(), now_ms)
     }
 
+    /// [`held`](Self::held) of one part's batch, built in place (a check).
+    pub(super) fn held_one<'a>(&'a self, batch: &'a CounterBatch) -> Held<'a, S> {
+        let amount = if batch.adds.is_empty() {
+            0
+        } else {
+            batch.amount
+        };
+        let returns = Added {
+            store: &*self.store,
+            adds: SmallVec::from_buf([batch.adds.as_slice()]),
+        };
+        let amounts = SmallVec::from_buf_and_len([amount, 0], 1);
+        Reservation::new(returns, amounts, batch.now_ms)
+    }
+
     /// One part's batch, and the reservation of what it added.
-    pub(super) async fn read_and_add<'a>(
+    async fn read_and_add<'a>(
         &'a self,
         deadline: Deadline,
         batch: &'a CounterBatch,
     ) -> Result<(BatchCounts, Held<'a, S>), StoreError> {
         let found = self.timed_read_and_add(deadline, batch).await?;
-        Ok((
-            found,
-            self.held(std::slice::from_ref(batch), [batch.amount]),
-        ))
+        Ok((found, self.held_one(batch)))
     }
 
     /// Several parts' batches at once. Until every batch has answered, an
@@ -185,7 +194,7 @@ impl<S: Store> Exchange<S> {
         }
         // Handed from each part's reservation to the request's, with no
         // wait between.
-        let held = self.held(batches, amounts);
+        let held = self.held(batches, &amounts);
         let Some(error) = first_error else {
             return Ok((found, held));
         };

@@ -17,7 +17,7 @@ use super::boundary::{self, Crossing};
 use super::counters::{self, CountsByLimit, Layouts};
 use super::exchange::gather::{Lead, Member};
 use super::exchange::{After, Held};
-use super::reckon::{Reckoning, reckon, room_after_take_back};
+use super::reckon::{Reckoning, reckon, reckon_one, room_after_take_back};
 use super::request::{Arrival, Decisions};
 use super::screen::Read;
 use super::{CheckError, Limiter};
@@ -50,21 +50,34 @@ impl<S: Store> Limiter<S> {
     ) -> Result<Decisions, CheckError> {
         let (mut now_ms, mut attempt, mut may_go_again) = (arrival.now_ms, 1, true);
         loop {
-            lead.others.retain(Member::waiting);
+            if !lead.others.is_empty() {
+                lead.others.retain(Member::waiting);
+            }
             let (layouts, batches) = self.batches(lead, arrival, now_ms);
-            let (counts, held) = match self.exchanged(lead, arrival, &batches).await {
+            let (counts, mut held) = match self.exchanged(lead, arrival, &batches).await {
                 Ok((found, held)) => (counts_of(&layouts, &batches, found), held),
                 Err(error) => return self.fall_back_batch(lead, error, arrival, now_ms).await,
             };
             let limits = limits_of(arrival);
-            let costs = lead.others.iter().map(|member| member.costs.as_slice());
-            let costs = costs.chain(std::iter::once(arrival.costs.as_slice()));
-            let mut reckoning = reckon(&limits, &counts, now_ms, costs, arrival.counting);
+            let mut reckoning = match (&limits[..], &counts[..], &arrival.costs[..]) {
+                // A lone check (most): reckoned without the batch's books.
+                ([limits], [counts], [cost]) if lead.others.is_empty() => {
+                    reckon_one(limits, counts, now_ms, *cost, arrival.counting)
+                }
+                _ => {
+                    let costs = lead.others.iter().map(|member| member.costs.as_slice());
+                    let costs = costs.chain(std::iter::once(arrival.costs.as_slice()));
+                    reckon(&limits, &counts, now_ms, costs, arrival.counting)
+                }
+            };
             let counted = arrival.counting == Counting::IfAdmitted && reckoning.kept_any();
             let crossing = counted
                 .then(|| {
-                    let now = self.clock.now_ms();
-                    boundary::recheck(arrival.limits(), now_ms, now, attempt, self.fallback.mode)
+                    let (now, mode) = (self.clock.now_ms(), self.fallback.mode);
+                    match arrival.parts.as_slice() {
+                        [part] => boundary::recheck(part.limits(), now_ms, now, attempt, mode),
+                        _ => boundary::recheck(arrival.limits(), now_ms, now, attempt, mode),
+                    }
                 })
                 .flatten();
             let stood = match crossing {
@@ -93,15 +106,22 @@ impl<S: Store> Limiter<S> {
                 now_ms,
                 may_go_again,
             };
-            match self.settle(lead, arrival, settling, held).await {
-                Some(decisions) => return Ok(decisions),
+            match self.settle(lead, arrival, settling, &mut held).await {
+                Some(decisions) => {
+                    // Its caller has the answer (settle took back what
+                    // was refused, and answered the others).
+                    held.claim();
+                    return Ok(decisions);
+                }
                 None => (now_ms, may_go_again) = (self.clock.now_ms(), false),
             }
         }
     }
 
     /// Each part's batch at `now_ms`: the sum of the batch's costs added
-    /// to its current counters (nothing, for a peek).
+    /// to its current counters (nothing, for a peek). Inlined: returned,
+    /// the batches (a few hundred bytes each) were copied twice a check.
+    #[inline(always)]
     fn batches(
         &self,
         lead: &Lead<'_>,
@@ -140,7 +160,9 @@ impl<S: Store> Limiter<S> {
     ) -> Result<(SmallVec<[BatchCounts; 1]>, Held<'b, S>), StoreError> {
         let deadline = arrival.deadline;
         if let [batch] = batches {
-            let exchange = self.exchange.read_and_add(deadline, batch);
+            // The store's call awaited here, not through a function of its
+            // own: each level of future moves it whole.
+            let exchange = self.exchange.timed_read_and_add(deadline, batch);
             // Boxed: a lone check's future (most checks) stays the size of
             // its own exchange, without the batch's timer in it.
             let found = if lead.others.is_empty() {
@@ -148,7 +170,7 @@ impl<S: Store> Limiter<S> {
             } else {
                 Box::pin(self.answering_late_members(lead, arrival, exchange)).await
             };
-            return found.map(|(found, held)| (smallvec![found], held));
+            return found.map(|found| (smallvec![found], self.exchange.held_one(batch)));
         }
         let exchange = self.exchange.read_and_add_many(deadline, batches);
         Box::pin(self.answering_late_members(lead, arrival, exchange)).await
@@ -164,7 +186,7 @@ impl<S: Store> Limiter<S> {
         lead: &mut Lead<'_>,
         arrival: &Arrival<'_>,
         settling: Settling<'_>,
-        mut held: Held<'_, S>,
+        held: &mut Held<'_, S>,
     ) -> Option<Decisions> {
         let Settling {
             batches,
@@ -188,19 +210,19 @@ impl<S: Store> Limiter<S> {
             let answering = Answering {
                 verdicts,
                 reckoning,
-                held: &mut held,
+                held,
                 counting,
             };
             answer_admitted(&self.exchange.store, lead, batches, answering, &decision_of)
         };
         debug_assert!(
-            holds_its_own(&held, arrival),
+            holds_its_own(held, arrival),
             "the leader holds its own count"
         );
         // What is held now is this request's own count: dropped while the
-        // take-back is awaited (its caller gave up), it is given back too.
+        // take-back is awaited (its caller gave up), it is given back too;
+        // claimed once the answer is returned.
         let after = self.take_back_refused(arrival, batches, reckoning).await;
-        held.claim();
         // Every request of several parts refused, and the take-back left
         // room: refused by additions since gone, the batch goes once more.
         let several = arrival.parts.len() > 1 && counting == Counting::IfAdmitted;
@@ -210,7 +232,9 @@ impl<S: Store> Limiter<S> {
                 return None;
             }
         }
-        answer_refused(lead, refused, &decision_of);
+        if !lead.others.is_empty() {
+            answer_refused(lead, refused, &decision_of);
+        }
         self.remember_batch(arrival, counts, reckoning, &after, now_ms);
         Some(decisions_of(mine, &decision_of))
     }

@@ -73,7 +73,8 @@ pub(super) fn reckon<'c>(
     };
     let counted = decide_one(limits, counts, now_ms, first, counting, &mut reckoning);
     if requests.peek().is_none() {
-        return settled(reckoning, counting);
+        settled(&mut reckoning, counting);
+        return reckoning;
     }
     let mut running: SmallVec<[CountsByLimit; 1]> = counts.iter().cloned().collect();
     if counted {
@@ -84,7 +85,35 @@ pub(super) fn reckon<'c>(
             add_to_current(&mut running, costs);
         }
     }
-    settled(reckoning, counting)
+    settled(&mut reckoning, counting);
+    reckoning
+}
+
+/// [`reckon`] of a lone request of one part (most checks), built
+/// directly: the same reckoning, without the books a batch keeps.
+pub(super) fn reckon_one(
+    limits: &[Limit],
+    counts: &CountsByLimit,
+    now_ms: u64,
+    cost: u64,
+    counting: Counting,
+) -> Reckoning {
+    let verdict = window::decide(limits, counts, now_ms, cost, counting);
+    let adding = if counting == Counting::Never { 0 } else { cost };
+    let kept = if verdict.counted { cost } else { 0 };
+    let take_back = if counting == Counting::IfAdmitted {
+        adding - kept
+    } else {
+        0
+    };
+    let refused = !verdict.allowed && counting != Counting::Always;
+    Reckoning {
+        verdicts: SmallVec::from_buf([SmallVec::from_buf([verdict])]),
+        adding: SmallVec::from_buf([adding]),
+        kept: SmallVec::from_buf([kept]),
+        take_back: SmallVec::from_buf([take_back]),
+        remember: SmallVec::from_buf([refused.then_some(cost)]),
+    }
 }
 
 /// Decide one request after the ones before it; whether it counted.
@@ -158,7 +187,7 @@ fn zeros(parts: usize) -> Costs {
 }
 
 /// What was added and not kept goes back.
-fn settled(mut reckoning: Reckoning, counting: Counting) -> Reckoning {
+fn settled(reckoning: &mut Reckoning, counting: Counting) {
     if counting == Counting::IfAdmitted {
         for ((back, adding), kept) in reckoning
             .take_back
@@ -169,7 +198,6 @@ fn settled(mut reckoning: Reckoning, counting: Counting) -> Reckoning {
             *back = adding - kept;
         }
     }
-    reckoning
 }
 
 /// A counted request's costs, in the current bucket of every limit of

@@ -113,6 +113,12 @@ impl<R: Returns> Reservation<R> {
     /// `amounts` (one per group) no longer held by this one.
     fn release(&mut self, amounts: &[u64]) -> Amounts {
         debug_assert_eq!(amounts.len(), self.amounts.len(), "one amount per group");
+        // One group (a check of one key, most hand-overs): in place.
+        if let ([held], [wanted]) = (self.amounts.as_mut_slice(), amounts) {
+            let moved = (*wanted).min(*held);
+            *held -= moved;
+            return SmallVec::from_buf_and_len([moved, 0], 1);
+        }
         self.amounts
             .iter_mut()
             .zip(amounts)

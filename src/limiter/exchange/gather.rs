@@ -11,7 +11,7 @@ use tokio::sync::oneshot;
 
 use super::super::CheckError;
 use super::super::deadline::Deadline;
-use super::super::request::{Costs, Decisions, Part};
+use super::super::request::{Costs, Decisions, Part, copied};
 use crate::near_cache::{Items, NearKey};
 use crate::store::Reservation;
 use crate::store::reservation::SharedAdded;
@@ -105,7 +105,7 @@ impl Member {
 /// (checks, peeks and reports gather apart). Small and copied, not
 /// cloned: the first part's key, how many parts, the kind, and a hash of
 /// every part's key and limits, values included, computed once
-/// ([`Coalescer::in_flight`]). The near-cache's key tells policies apart by
+/// ([`Coalescer::in_flight`], from each policy's `limits_id`). The near-cache's key tells policies apart by
 /// a hash of their windows only, and a batch is decided by its leader's
 /// limits, so checks of one key under other limit values (an inline 1 an
 /// hour beside 1,000 an hour over the same window, a policy reloaded while
@@ -191,7 +191,7 @@ impl Coalescer {
         let mut hasher = self.shards.hasher.build_hasher();
         for part in parts {
             part.near_key.hash(&mut hasher);
-            part.limits().hash(&mut hasher);
+            part.policy.limits_id().hash(&mut hasher);
         }
         counting.hash(&mut hasher);
         InFlight {
@@ -216,7 +216,7 @@ impl Coalescer {
             Some(waiting) => {
                 let (reply, turn) = oneshot::channel();
                 waiting.push_back(Member {
-                    costs: costs.clone(),
+                    costs: copied(costs),
                     deadline,
                     reply: Some(reply),
                 });

@@ -138,6 +138,8 @@ pub(super) fn limits_of<'a>(arrival: &Arrival<'a>) -> SmallVec<[&'a [Limit]; 1]>
 }
 
 /// Each part's counts before the batch, from what its exchange found.
+/// Inlined for the reason `batches` is.
+#[inline(always)]
 pub(super) fn counts_of(
     layouts: &[Layouts],
     batches: &[CounterBatch],

@@ -187,6 +187,34 @@ proptest! {
         }
         prop_assert_eq!(batch.kept.as_slice(), kept.as_slice());
     }
+
+    /// A lone request of one part, reckoned directly, is reckoned exactly
+    /// as [`reckon`] reckons a batch of it alone.
+    #[test]
+    fn a_lone_check_reckons_as_a_batch_of_one(
+        cost in 1u64..12,
+        limit in 1u64..30,
+        precision in 1u32..4,
+        older in proptest::collection::vec(0u64..20, 3),
+        current in 0u64..30,
+        advance in 0u64..60_000,
+        counting in counting(),
+    ) {
+        let clock = ManualClock::new(600_000 * 10);
+        clock.advance(std::time::Duration::from_millis(advance));
+        let now = clock.now_ms();
+        let limits = [Limit::new(limit, 60_000, precision).unwrap()];
+        let mut values: Vec<u64> = older[..precision as usize].to_vec();
+        values.push(current);
+        let start: CountsByLimit = smallvec![counts(&values)];
+        let batch = reckon(&[&limits], std::slice::from_ref(&start), now, [[cost].as_slice()], counting);
+        let lone = reckon_one(&limits, &start, now, cost, counting);
+        prop_assert_eq!(&lone.verdicts, &batch.verdicts);
+        prop_assert_eq!(&lone.adding, &batch.adding);
+        prop_assert_eq!(&lone.kept, &batch.kept);
+        prop_assert_eq!(&lone.take_back, &batch.take_back);
+        prop_assert_eq!(&lone.remember, &batch.remember);
+    }
 }
 
 /// 5 a minute, nothing before this minute: 4 counted leaves room for one,

@@ -48,11 +48,6 @@ impl DigestRendezvous {
     /// is [`pick_digest`](Self::pick_digest)'s.
     pub fn replicas_of_digest(digest: &KeyDigest, node_hashes: &[u64], n: usize) -> Replicas {
         let key_hash = fnv1a(&digest.hex());
-        if n == 1 && !node_hashes.is_empty() {
-            // Without replicas (the default), every check: one scan for
-            // the best score, nothing kept in order.
-            return smallvec::smallvec![pick_hashed(key_hash, node_hashes)];
-        }
         let mut best: SmallVec<[(usize, u64); MAX_REPLICAS]> = SmallVec::new();
         for (index, node) in node_hashes.iter().enumerate() {
             let score = splitmix64(key_hash ^ node);

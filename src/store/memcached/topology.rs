@@ -133,6 +133,14 @@ impl TopologyCell {
         if topology.nodes.is_empty() {
             return None;
         }
+        if replicas == 1 {
+            // Without replicas (the default), every check: the one node,
+            // with no list of indices made and collected.
+            let at = DigestRendezvous::pick_digest(digest, &topology.node_hashes);
+            let mut one = ReplicaNodes::new();
+            one.push(topology.nodes[at].clone());
+            return Some(one);
+        }
         Some(
             DigestRendezvous::replicas_of_digest(digest, &topology.node_hashes, replicas)
                 .into_iter()

@@ -9,6 +9,7 @@
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
+use smallvec::SmallVec;
 use tokio::sync::oneshot;
 
 use super::queue::{Delivery, Queue, Request};
@@ -83,11 +84,26 @@ impl<'a> Queued<'a> {
         additions: Additions<'a>,
         replies: &[Reply],
     ) -> Reservation<Self> {
-        let applied = replies.iter().skip(additions.first_reply).map(applied);
-        let amounts: Amounts = applied
-            .take(additions.counters.len())
-            .map(|applied| if applied { additions.amount } else { 0 })
-            .collect();
+        let applied_at = |index: usize| {
+            replies
+                .get(additions.first_reply + index)
+                .is_some_and(applied)
+        };
+        // One addition (a check of one limit): in place.
+        if additions.counters.len() == 1 {
+            let amount = if applied_at(0) { additions.amount } else { 0 };
+            let counters = Counters::Added(additions.counters);
+            let amounts = SmallVec::from_buf_and_len([amount, 0], 1);
+            return Reservation::new(Queued { queue, counters }, amounts, 0);
+        }
+        let mut amounts = Amounts::new();
+        for index in 0..additions.counters.len() {
+            amounts.push(if applied_at(index) {
+                additions.amount
+            } else {
+                0
+            });
+        }
         let counters = Counters::Added(additions.counters);
         Reservation::new(Queued { queue, counters }, amounts, 0)
     }
