@@ -176,7 +176,10 @@
 //!   interval lets one check through to read the store again.
 //! - exchange (`src/limiter/exchange.rs`): the store's reads and increment,
 //!   under the check's deadline; concurrent checks of one key share one
-//!   exchange (coalescing).
+//!   exchange (coalescing). What the store added comes back as a
+//!   [`store::Reservation`], held until the caller is told and given back
+//!   if it never is: a store counts only what a caller was told was
+//!   counted.
 //! - reckon (`src/limiter/reckon.rs`): pure, no I/O and no clock: from the
 //!   counts read, the costs and the time, what is admitted, what is taken
 //!   back (an increment that went over a limit), what the near-cache
@@ -200,7 +203,7 @@
 //! | [`clock`] | the time source; a manual clock for tests |
 //! | [`limiter`] | [`Limiter`]: the stages above, and its builder |
 //! | [`near_cache`] | the moka cache of hot rejects, bounded in entries and bytes |
-//! | [`store`] | the [`Store`] trait, [`MemoryStore`], `MemcachedStore` (feature `memcached`) |
+//! | [`store`] | the [`Store`] trait, [`MemoryStore`], `MemcachedStore` (feature `memcached`), and the [`store::Reservation`] of what a store counted until its caller is told |
 //! | [`metrics`] | what the limiter counts about itself, as `prometheus-client` metrics; it takes plain outcomes, never the limiter's types |
 //! | [`source`] | where a decision came from ([`Source`]): below both the limiter and the metrics |
 //! | `tower` | `tower::RateLimitLayer`, a face for any tower/axum/hyper service (feature `tower`) |
