@@ -10,14 +10,14 @@ mod parts;
 
 use self::parts::{
     Answering, answer_admitted, answer_refused, counts_of, decision_of, decisions_of,
-    holds_its_own, limits_of,
+    holds_its_own, limits_of, reckoned,
 };
 
 use super::boundary::{self, Crossing};
 use super::counters::{self, CountsByLimit, Layouts};
 use super::exchange::gather::{Lead, Member};
 use super::exchange::{After, Held};
-use super::reckon::{Reckoning, reckon, reckon_one, room_after_take_back};
+use super::reckon::{Reckoning, room_after_take_back};
 use super::request::{Arrival, Decisions};
 use super::screen::Read;
 use super::{CheckError, Limiter};
@@ -58,28 +58,8 @@ impl<S: Store> Limiter<S> {
                 Ok((found, held)) => (counts_of(&layouts, &batches, found), held),
                 Err(error) => return self.fall_back_batch(lead, error, arrival, now_ms).await,
             };
-            let limits = limits_of(arrival);
-            let mut reckoning = match (&limits[..], &counts[..], &arrival.costs[..]) {
-                // A lone check (most): reckoned without the batch's books.
-                ([limits], [counts], [cost]) if lead.others.is_empty() => {
-                    reckon_one(limits, counts, now_ms, *cost, arrival.counting)
-                }
-                _ => {
-                    let costs = lead.others.iter().map(|member| member.costs.as_slice());
-                    let costs = costs.chain(std::iter::once(arrival.costs.as_slice()));
-                    reckon(&limits, &counts, now_ms, costs, arrival.counting)
-                }
-            };
-            let counted = arrival.counting == Counting::IfAdmitted && reckoning.kept_any();
-            let crossing = counted
-                .then(|| {
-                    let (now, mode) = (self.clock.now_ms(), self.fallback.mode);
-                    match arrival.parts.as_slice() {
-                        [part] => boundary::recheck(part.limits(), now_ms, now, attempt, mode),
-                        _ => boundary::recheck(arrival.limits(), now_ms, now, attempt, mode),
-                    }
-                })
-                .flatten();
+            let mut reckoning = reckoned(lead, arrival, &counts, now_ms);
+            let crossing = self.crossing(arrival, &reckoning, now_ms, attempt);
             let stood = match crossing {
                 None => false,
                 Some(Crossing::Stands(error)) => {
@@ -115,6 +95,25 @@ impl<S: Store> Limiter<S> {
                 }
                 None => (now_ms, may_go_again) = (self.clock.now_ms(), false),
             }
+        }
+    }
+
+    /// Whether a batch decided at `now_ms` that counted crossed a bucket
+    /// boundary in flight on its `attempt`, and what that calls for.
+    fn crossing(
+        &self,
+        arrival: &Arrival<'_>,
+        reckoning: &Reckoning,
+        now_ms: u64,
+        attempt: u32,
+    ) -> Option<Crossing> {
+        if arrival.counting != Counting::IfAdmitted || !reckoning.kept_any() {
+            return None;
+        }
+        let (now, mode) = (self.clock.now_ms(), self.fallback.mode);
+        match arrival.parts.as_slice() {
+            [part] => boundary::recheck(part.limits(), now_ms, now, attempt, mode),
+            _ => boundary::recheck(arrival.limits(), now_ms, now, attempt, mode),
         }
     }
 

@@ -11,7 +11,7 @@ use super::super::boundary;
 use super::super::counters::{self, CountsByLimit, Layouts};
 use super::super::exchange::Held;
 use super::super::exchange::gather::Lead;
-use super::super::reckon::{Reckoning, Verdicts};
+use super::super::reckon::{Reckoning, Verdicts, reckon, reckon_one};
 use super::super::request::{Arrival, Decisions};
 use super::super::{Decision, Source};
 use crate::policy::Limit;
@@ -127,6 +127,27 @@ pub(super) fn decisions_of(
         return SmallVec::from_buf([decision_of(verdict)]);
     }
     verdicts.into_iter().map(decision_of).collect()
+}
+
+/// The batch reckoned: the other requests in arrival order, then this
+/// one (see [`reckon`]); a lone check without the batch's books.
+pub(super) fn reckoned(
+    lead: &Lead<'_>,
+    arrival: &Arrival<'_>,
+    counts: &[CountsByLimit],
+    now_ms: u64,
+) -> Reckoning {
+    let limits = limits_of(arrival);
+    match (&limits[..], counts, &arrival.costs[..]) {
+        ([limits], [counts], [cost]) if lead.others.is_empty() => {
+            reckon_one(limits, counts, now_ms, *cost, arrival.counting)
+        }
+        _ => {
+            let costs = lead.others.iter().map(|member| member.costs.as_slice());
+            let costs = costs.chain(std::iter::once(arrival.costs.as_slice()));
+            reckon(&limits, counts, now_ms, costs, arrival.counting)
+        }
+    }
 }
 
 /// Each part's limits.

@@ -117,65 +117,25 @@ impl MemcachedStore {
         batch: &CounterBatch,
     ) -> Result<BatchCounts, StoreError> {
         let counters = batch.reads.len() + batch.adds.len();
-        // A counter's replicas agree unless one was doubted within its
-        // lifetime: the first then decides alone, as one node would.
-        let lifetime = Duration::from_secs(
-            batch
-                .reads
-                .iter()
-                .chain(&batch.adds)
-                .map(|counter| bucket_ttl_secs(counter.window))
-                .max()
-                .unwrap_or(0),
-        );
-        let lifetime_s = lifetime.as_secs();
-        let now_s = batch.now_ms / 1000;
+        let lifetime = lifetime_of(batch);
         // Per replica, the least each counter was found below the highest,
         // over the tries it answered; `None` once it failed a try.
-        let mut lows: SmallVec<[Option<Vec<u64>>; MAX_REPLICAS]> = nodes
+        let mut lows: Lows = nodes
             .iter()
             .map(|_| Some(vec![u64::MAX; counters]))
             .collect();
-        let mut tries = 0;
         let mut last_differences: Option<Vec<u64>> = None;
+        let mut tries = 0;
         loop {
             tries += 1;
             let began = Instant::now();
-            let calls = nodes
-                .iter()
-                .zip(&lows)
-                .map(|(node, low)| {
-                    // A replica that failed a try is left out of the next.
-                    let ask = tries == 1 || low.is_some();
-                    let ask_birth = tries == 1 && node.born().0.is_none();
-                    async move {
-                        if ask {
-                            Some(self.exchange_asking_birth(node, batch, ask_birth).await)
-                        } else {
-                            None
-                        }
-                    }
-                })
-                .collect();
-            // What each replica added stays reserved until the try
-            // decides: a caller that gives up while one replica is slow
-            // leaves nothing counted on the others.
-            let (answers, reserved): (Vec<_>, Vec<_>) = join_all(calls)
-                .await
-                .into_iter()
-                .map(|answer| match answer {
-                    Some(Ok((counts, reserved))) => (Some(Ok(counts)), Some(reserved)),
-                    Some(Err(error)) => (Some(Err(error)), None),
-                    None => (None, None),
-                })
-                .unzip();
-            for (node, answer) in nodes.iter().zip(&answers) {
-                if let Some(Err(_)) = answer {
-                    node.doubt();
-                }
-            }
+            let (answers, reserved) = self.try_replicas(nodes, batch, &lows, tries).await;
             if tries == 1 {
-                let suspect = suspects(nodes, &answers, lifetime, lifetime_s, now_s);
+                // A counter's replicas agree unless one was doubted within
+                // its lifetime: the first then decides alone, as one node
+                // would.
+                let now_s = batch.now_ms / 1000;
+                let suspect = suspects(nodes, &answers, lifetime, lifetime.as_secs(), now_s);
                 if !suspect[0]
                     && let Some(Some(Ok(counts))) = answers.first()
                 {
@@ -184,36 +144,11 @@ impl MemcachedStore {
                     return Ok(counts.clone());
                 }
             }
-            let mut highest: Option<BatchCounts> = None;
-            let mut first_error = None;
-            for answer in answers.iter().flatten() {
-                match answer {
-                    Ok(counts) => highest = Some(raise(highest, counts)),
-                    Err(error) => {
-                        first_error.get_or_insert_with(|| error.clone());
-                    }
-                }
-            }
-            let Some(highest) = highest else {
-                return Err(first_error.unwrap_or_else(|| unexpected("no replica was asked")));
-            };
-            let mut agree = true;
-            // This try's differences, replica by replica: the same as the
-            // last try's is a lost count, not additions in flight.
-            let mut differences: Vec<u64> = Vec::with_capacity(nodes.len() * counters);
-            for (answer, low) in answers.iter().zip(&mut lows) {
-                let (Some(Ok(counts)), Some(low)) = (answer, low.as_mut()) else {
-                    *low = None;
-                    continue;
-                };
-                let found = counts.read.iter().chain(&counts.added);
-                let top = highest.read.iter().chain(&highest.added);
-                for ((low, found), top) in low.iter_mut().zip(found).zip(top) {
-                    *low = (*low).min(top - found);
-                    differences.push(top - found);
-                }
-                agree &= counts.added == highest.added;
-            }
+            let Weighed {
+                highest,
+                agree,
+                differences,
+            } = weigh(&answers, &mut lows, counters)?;
             let persistent = last_differences.as_ref() == Some(&differences);
             last_differences = Some(differences);
             let settled = agree
@@ -221,29 +156,149 @@ impl MemcachedStore {
                 || batch.adds.is_empty()
                 || tries >= MAX_TRIES
                 || !time_for_another(batch, began.elapsed());
-            if !settled {
-                // Taken back (sent whatever becomes of this call, and
-                // waited for, so that the next try cannot overtake it);
-                // the next try then waits a while picked at random, so
-                // that instances whose tries collided do not collide again.
-                let take_backs = nodes
-                    .iter()
-                    .zip(reserved)
-                    .filter_map(|(node, reserved)| {
-                        reserved?.surrender();
-                        let take_back = take_back_of(&batch.adds, batch.amount);
-                        Some(node.call(take_back, Delivery::Always))
-                    })
-                    .collect();
-                join_all(take_backs).await;
-                tokio::time::sleep(jitter(began.elapsed() * tries as u32)).await;
-            } else {
+            if settled {
                 reserved.into_iter().flatten().for_each(Reservation::claim);
                 self.repair(nodes, &lows, batch, tries);
                 return Ok(highest);
             }
+            Self::take_back_try(nodes, reserved, batch).await;
+            tokio::time::sleep(jitter(began.elapsed() * tries as u32)).await;
         }
     }
+
+    /// Take back a try that did not settle, on each replica that added:
+    /// sent whatever becomes of this call, and waited for, so that the
+    /// next try cannot overtake it. The next try then waits a while picked
+    /// at random, so that instances whose tries collided do not collide
+    /// again.
+    async fn take_back_try(
+        nodes: &ReplicaNodes,
+        reserved: Vec<Option<Reservation<Queued<'_>>>>,
+        batch: &CounterBatch,
+    ) {
+        let take_backs = nodes
+            .iter()
+            .zip(reserved)
+            .filter_map(|(node, reserved)| {
+                reserved?.surrender();
+                let take_back = take_back_of(&batch.adds, batch.amount);
+                Some(node.call(take_back, Delivery::Always))
+            })
+            .collect();
+        join_all(take_backs).await;
+    }
+
+    /// One try on every replica still asked (one that failed a try is left
+    /// out of the next), all at once: each one's answer, and what it added
+    /// reserved until the try decides, so that a caller that gives up
+    /// while one replica is slow leaves nothing counted on the others. A
+    /// replica that fails is doubted.
+    async fn try_replicas<'a>(
+        &self,
+        nodes: &'a ReplicaNodes,
+        batch: &'a CounterBatch,
+        lows: &Lows,
+        tries: usize,
+    ) -> (Answers, Vec<Option<Reservation<Queued<'a>>>>) {
+        let calls = nodes
+            .iter()
+            .zip(lows)
+            .map(|(node, low)| {
+                let ask = tries == 1 || low.is_some();
+                let ask_birth = tries == 1 && node.born().0.is_none();
+                async move {
+                    if ask {
+                        Some(self.exchange_asking_birth(node, batch, ask_birth).await)
+                    } else {
+                        None
+                    }
+                }
+            })
+            .collect();
+        let (answers, reserved): (Answers, Vec<_>) = join_all(calls)
+            .await
+            .into_iter()
+            .map(|answer| match answer {
+                Some(Ok((counts, reserved))) => (Some(Ok(counts)), Some(reserved)),
+                Some(Err(error)) => (Some(Err(error)), None),
+                None => (None, None),
+            })
+            .unzip();
+        for (node, answer) in nodes.iter().zip(&answers) {
+            if let Some(Err(_)) = answer {
+                node.doubt();
+            }
+        }
+        (answers, reserved)
+    }
+}
+
+/// Each replica's answer to a try; `None` for one not asked.
+type Answers = Vec<Option<Result<BatchCounts, StoreError>>>;
+
+/// Per replica, the least each counter was found below the highest over
+/// the tries it answered; `None` once it failed one.
+type Lows = SmallVec<[Option<Vec<u64>>; MAX_REPLICAS]>;
+
+/// What a try's answers come to.
+struct Weighed {
+    /// Each counter's highest value.
+    highest: BatchCounts,
+    /// Whether every replica that answered placed the additions at the
+    /// same counts.
+    agree: bool,
+    /// Each answering replica's distance below the highest, counter by
+    /// counter: the same on the next try is a lost count, not additions
+    /// in flight.
+    differences: Vec<u64>,
+}
+
+/// Weigh a try's `answers`, lowering each replica's `lows`: the error of
+/// the first replica that failed when none answered.
+fn weigh(answers: &Answers, lows: &mut Lows, counters: usize) -> Result<Weighed, StoreError> {
+    let mut highest: Option<BatchCounts> = None;
+    let mut first_error = None;
+    for answer in answers.iter().flatten() {
+        match answer {
+            Ok(counts) => highest = Some(raise(highest, counts)),
+            Err(error) => {
+                first_error.get_or_insert_with(|| error.clone());
+            }
+        }
+    }
+    let Some(highest) = highest else {
+        return Err(first_error.unwrap_or_else(|| unexpected("no replica was asked")));
+    };
+    let mut agree = true;
+    let mut differences: Vec<u64> = Vec::with_capacity(answers.len() * counters);
+    for (answer, low) in answers.iter().zip(lows.iter_mut()) {
+        let (Some(Ok(counts)), Some(low)) = (answer, low.as_mut()) else {
+            *low = None;
+            continue;
+        };
+        let found = counts.read.iter().chain(&counts.added);
+        let top = highest.read.iter().chain(&highest.added);
+        for ((low, found), top) in low.iter_mut().zip(found).zip(top) {
+            *low = (*low).min(top - found);
+            differences.push(top - found);
+        }
+        agree &= counts.added == highest.added;
+    }
+    Ok(Weighed {
+        highest,
+        agree,
+        differences,
+    })
+}
+
+/// How long the batch's counters live: the span within which a doubt of
+/// a replica still matters.
+fn lifetime_of(batch: &CounterBatch) -> Duration {
+    let counters = batch.reads.iter().chain(&batch.adds);
+    let longest = counters
+        .map(|counter| bucket_ttl_secs(counter.window))
+        .max();
+    Duration::from_secs(longest.unwrap_or(0))
 }
 
 /// Whether the batch's deadline leaves room for a try as long as the last
