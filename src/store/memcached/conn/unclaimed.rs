@@ -39,7 +39,8 @@ pub struct Counted<'a> {
 
 /// Where a request's additions go back to: subtractions queued ahead of
 /// callers' requests on the slot that counted them, which keeps what is
-/// owed across a redial. A group is one command of the request.
+/// owed across a redial. A group is one of the request's additions (or,
+/// for the reader, which has only the request, one of its commands).
 pub struct Queued<'a> {
     queue: &'a Queue,
     counters: Counters<'a>,
