@@ -19,6 +19,7 @@
 //! | [`health`] | the pure policy: overdue, stalled and how it is given up, extra connections, which slot takes a request |
 //! | `status` | what routing reads lock-free: each slot's phase, oldest unanswered write and drain, the node's clock, redials and late replies |
 //! | [`unclaimed`] | a counted request's wait, and the reservation of what its replies report added |
+//! | [`queued`] | where a dropped reservation's additions go back to: subtractions queued on the slot that counted them |
 //! | [`doubt`] | when the node last gave reason to doubt it holds every count (a connection lost, a dial failed), and its birth |
 //!
 //! The stream stays in step whatever the callers do:
@@ -57,6 +58,7 @@ mod doubt;
 mod drain;
 mod health;
 mod queue;
+mod queued;
 mod reader;
 mod signal;
 mod slot;
@@ -82,9 +84,10 @@ use super::wire::{Command, Reply};
 use crate::store::{CallDeadline, StoreError};
 
 pub use self::queue::Delivery;
+pub use self::queued::{Additions, Queued};
 pub use self::status::{ConnectionStates, LateReplies, Redial, Redials};
 use self::status::{NodeClock, NodeStatus, SlotStatus};
-pub use self::unclaimed::{Additions, Counted, Queued};
+pub use self::unclaimed::Counted;
 
 /// A request's commands and its replies, inline up to two: a check of one
 /// limit at precision 1, the commonest, is one `mg` and one `ma`. A request

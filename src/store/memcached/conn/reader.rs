@@ -13,8 +13,8 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::oneshot;
 
 use super::queue::{Delivery, Queue, Request};
+use super::queued::Queued;
 use super::signal::Signal;
-use super::unclaimed::Queued;
 use super::{LateReplies, Replies, SlotStatus};
 use crate::store::StoreError;
 use crate::store::memcached::wire::{self, Command, Reply};
