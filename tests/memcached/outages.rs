@@ -137,3 +137,45 @@ async fn a_reset_that_fails_leaves_the_local_counters_too() {
     assert_eq!(after.source, Source::Fallback);
     assert!(!after.allowed, "a failed reset unblocked the key here");
 }
+
+/// A store call whose connection ends under it (memcached killed while
+/// the call's reply was due) fails with an error that names the node: the
+/// status page's "last store error" and the logs tell an operator which
+/// of several nodes went. It used to say only "memcached closed the
+/// connection", and the node was named only once a redial failed.
+#[tokio::test]
+async fn a_call_whose_connection_ends_names_the_node() {
+    let mut memcached = Memcached::start();
+    let mut options = common::memcached_options(vec![memcached.addr()]);
+    options.timeout = Duration::from_secs(5);
+    let store = std::sync::Arc::new(MemcachedStore::connect(&options).await.unwrap());
+    let batch = slidegate::store::CounterBatch {
+        reads: Default::default(),
+        adds: [slidegate::store::CounterKey {
+            digest: slidegate::store::KeyDigest::of("t", "named"),
+            window: slidegate::policy::Window::new(60_000, 1).unwrap(),
+            bucket: 1,
+        }]
+        .into_iter()
+        .collect(),
+        amount: 1,
+        now_ms: common::today_ms(),
+        deadline: None,
+    };
+    store.read_and_add(&batch).await.unwrap();
+
+    // Frozen, the request is written and its reply is due; killed, the
+    // connection ends with it still waiting.
+    memcached.pause();
+    let call = tokio::spawn({
+        let store = store.clone();
+        async move { store.read_and_add(&batch).await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    memcached.kill();
+    let error = call.await.unwrap().unwrap_err();
+    assert!(
+        error.to_string().contains(&memcached.addr()),
+        "the error names the node: {error}"
+    );
+}

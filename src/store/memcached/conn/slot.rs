@@ -82,7 +82,7 @@ impl Slot {
             let verdict = health::give_up(owes_an_addition, drains_allowed, status.draining());
             if verdict == GiveUp::Keep {
                 // Nobody waits on it any more than on a drained one.
-                let why = format!("no reply within {bound:?}");
+                let why = format!("{}: no reply within {bound:?}", self.target.addr);
                 for entry in shared.in_flight().iter_mut() {
                     entry.give_up(&why);
                 }
@@ -336,7 +336,7 @@ where
         First::Watchdog(ended @ Ended::Stalled { drained: true, .. }) => {
             match (&mut writer).await {
                 Ok((end, write)) => {
-                    let why = ended.to_string();
+                    let why = format!("connection to {} ended: {ended}", slot.target.addr);
                     let given_up = GivenUp {
                         reader,
                         stop_reader,
@@ -375,7 +375,9 @@ where
         }
     };
     let pending: Vec<_> = shared.in_flight().drain(..).collect();
-    let why = ended.to_string();
+    // Named: a caller's error is what the status page and the logs show,
+    // and with several nodes it must say which one went.
+    let why = format!("connection to {} ended: {ended}", slot.target.addr);
     let lost = pending
         .into_iter()
         .map(|entry| u64::from(fail_written(entry, &why)))
