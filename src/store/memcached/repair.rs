@@ -7,7 +7,7 @@ use std::time::Duration;
 use smallvec::SmallVec;
 
 use super::MemcachedStore;
-use super::conn::{Commands, Delivery};
+use super::conn::{Commands, Delivery, Node};
 use super::route::MAX_REPLICAS;
 use super::topology::ReplicaNodes;
 use super::wire::{self, Command};
@@ -33,21 +33,18 @@ impl MemcachedStore {
                 continue;
             }
             let found = counts.read.iter().chain(&counts.added);
-            let commands: Commands = counters
+            let raises = counters
                 .clone()
                 .zip(found)
                 .zip(&believed)
                 .filter(|&((_, found), believed)| believed > found)
-                .map(|((&counter, found), believed)| Command::Add {
-                    counter,
-                    amount: believed - found,
-                    ttl: wire::ttl(bucket_ttl_secs(counter.window), batch.now_ms),
-                })
-                .collect();
-            if !commands.is_empty() {
-                tracing::debug!(node = %node.target().addr, counters = commands.len(), "raising a doubted replica to the first");
-                start_now(node.call(commands, Delivery::Always));
-            }
+                .map(|((&counter, found), believed)| (counter, believed - found));
+            raise(
+                node,
+                raises,
+                batch.now_ms,
+                "raising a doubted replica to the first",
+            );
         }
     }
 
@@ -68,7 +65,7 @@ impl MemcachedStore {
         let counters: Vec<(&CounterKey, bool)> = counters.collect();
         for (node, low) in nodes.iter().zip(lows) {
             let Some(low) = low else { continue };
-            let commands: Commands = counters
+            let raises = counters
                 .iter()
                 .zip(low)
                 .filter(|&(&(_, read), &by)| {
@@ -77,17 +74,35 @@ impl MemcachedStore {
                     // bucket read beside an addition is settled.
                     by > 0 && by != u64::MAX && (tries > 1 || (read && !batch.adds.is_empty()))
                 })
-                .map(|(&(&counter, _), &by)| Command::Add {
-                    counter,
-                    amount: by,
-                    ttl: wire::ttl(bucket_ttl_secs(counter.window), batch.now_ms),
-                })
-                .collect();
-            if !commands.is_empty() {
-                tracing::debug!(node = %node.target().addr, counters = commands.len(), "raising a replica found lower than the others");
-                start_now(node.call(commands, Delivery::Always));
-            }
+                .map(|(&(&counter, _), &by)| (counter, by));
+            raise(
+                node,
+                raises,
+                batch.now_ms,
+                "raising a replica found lower than the others",
+            );
         }
+    }
+}
+
+/// Raise `node`'s copy of each counter by its amount (an addition with
+/// the counter's TTL, never a set): started now, waited for by nobody.
+fn raise(
+    node: &Node,
+    raises: impl Iterator<Item = (CounterKey, u64)>,
+    now_ms: u64,
+    why: &'static str,
+) {
+    let commands: Commands = raises
+        .map(|(counter, amount)| Command::Add {
+            counter,
+            amount,
+            ttl: wire::ttl(bucket_ttl_secs(counter.window), now_ms),
+        })
+        .collect();
+    if !commands.is_empty() {
+        tracing::debug!(node = %node.target().addr, counters = commands.len(), "{why}");
+        start_now(node.call(commands, Delivery::Always));
     }
 }
 
