@@ -186,3 +186,31 @@ async fn a_check_future_stays_small() {
     println!("a check's future: {bytes} bytes");
     assert!(bytes <= 3_584, "a check's future is {bytes} bytes");
 }
+
+/// The README's "256 concurrent callers on one key cost 0.02 Memcached
+/// commands a check": 8 bursts of 256 simultaneous admitted checks of one
+/// key on one instance share their exchanges, and cost at most 0.25
+/// commands a check (each would cost 2 alone). The figure is printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hot_admitted_key_costs_a_fraction_of_a_command_a_check() {
+    const CALLERS: usize = 256;
+    const BURSTS: usize = 8;
+    let memcached = Memcached::start();
+    let limiter = Arc::new(common::patient_limiter(store_at(vec![memcached.addr()]).await).build());
+    let hot = Arc::new(policy(&[(1_000_000, MINUTE, 1)]));
+    assert!(limiter.check("warm", &hot, 1).await.unwrap().allowed);
+    let before = memcached.item_commands();
+    for _ in 0..BURSTS {
+        for check in common::spawn_checks(&limiter, "hot", &hot, CALLERS) {
+            let decision = check.await.unwrap();
+            assert!(decision.allowed && decision.source == Source::Store);
+        }
+    }
+    let commands = memcached.item_commands() - before;
+    let per_check = commands as f64 / (CALLERS * BURSTS) as f64;
+    eprintln!(
+        "{BURSTS} bursts of {CALLERS} checks of one hot key: {commands} memcached commands \
+         ({per_check:.3} a check)"
+    );
+    assert!(per_check <= 0.25, "{per_check:.3} commands a check");
+}
