@@ -98,13 +98,25 @@ pub(super) fn batch(
     now_ms: u64,
     deadline: Option<CallDeadline>,
 ) -> CounterBatch {
-    let mut batch = CounterBatch {
+    let mut batch = empty(cost, now_ms, deadline);
+    fill(&mut batch, layouts, counting);
+    batch
+}
+
+/// A batch of no counters yet, to [`fill`] where it is kept: a batch is a
+/// few hundred bytes, copied whole at each move.
+pub(super) fn empty(cost: u64, now_ms: u64, deadline: Option<CallDeadline>) -> CounterBatch {
+    CounterBatch {
         reads: Counters::new(),
         adds: Counters::new(),
         amount: cost,
         now_ms,
         deadline,
-    };
+    }
+}
+
+/// Add the counters of `layouts` to `batch`: what [`batch`] reads and adds.
+pub(super) fn fill(batch: &mut CounterBatch, layouts: &[Layout], counting: Counting) {
     for layout in layouts {
         batch.reads.extend(layout.older());
         if counting == Counting::Never {
@@ -113,7 +125,6 @@ pub(super) fn batch(
             batch.adds.push(layout.current);
         }
     }
-    batch
 }
 
 /// Each limit's counts before this request (oldest first), from what a

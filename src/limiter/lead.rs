@@ -53,7 +53,8 @@ impl<S: Store> Limiter<S> {
             if !lead.others.is_empty() {
                 lead.others.retain(Member::waiting);
             }
-            let (layouts, batches) = self.batches(lead, arrival, now_ms);
+            let layouts = layouts_of(arrival, now_ms);
+            let batches = self.batches(lead, arrival, &layouts, now_ms);
             let (counts, mut held) = match self.exchanged(lead, arrival, &batches).await {
                 Ok((found, held)) => (counts_of(&layouts, &batches, found), held),
                 Err(error) => return self.fall_back_batch(lead, error, arrival, now_ms).await,
@@ -118,35 +119,33 @@ impl<S: Store> Limiter<S> {
     }
 
     /// Each part's batch at `now_ms`: the sum of the batch's costs added
-    /// to its current counters (nothing, for a peek). Inlined: returned,
-    /// the batches (a few hundred bytes each) were copied twice a check.
-    #[inline(always)]
+    /// to its current counters (nothing, for a peek). Returned alone, not
+    /// with the layouts: a tuple of the two was copied twice a check.
     fn batches(
         &self,
         lead: &Lead<'_>,
         arrival: &Arrival<'_>,
+        layouts: &[Layouts],
         now_ms: u64,
-    ) -> (SmallVec<[Layouts; 1]>, SmallVec<[CounterBatch; 1]>) {
+    ) -> SmallVec<[CounterBatch; 1]> {
         let store_deadline = self.exchange.store_deadline(arrival.deadline);
         let counting = arrival.counting;
-        // One part (a check): built in place, no collecting.
-        if let ([part], [cost]) = (arrival.parts.as_slice(), arrival.costs.as_slice()) {
+        if let ([layouts], [cost]) = (layouts, arrival.costs.as_slice()) {
+            // One part (a check): filled where it is kept, not moved there.
             let others = lead.others.iter().map(|member| member.costs[0]);
             let adding = others.sum::<u64>() + cost;
-            let layouts = counters::layouts(part.digest, part.policy, now_ms);
-            let batch = counters::batch(&layouts, adding, counting, now_ms, store_deadline);
-            return (SmallVec::from_buf([layouts]), SmallVec::from_buf([batch]));
+            let mut made = SmallVec::from_buf([counters::empty(adding, now_ms, store_deadline)]);
+            counters::fill(&mut made[0], layouts, counting);
+            return made;
         }
-        let mut made = (SmallVec::new(), SmallVec::new());
-        for (index, part) in arrival.parts.iter().enumerate() {
-            let others = lead.others.iter().map(|member| member.costs[index]);
-            let adding = others.sum::<u64>() + arrival.costs[index];
-            let layouts = counters::layouts(part.digest, part.policy, now_ms);
-            let batch = counters::batch(&layouts, adding, counting, now_ms, store_deadline);
-            made.0.push(layouts);
-            made.1.push(batch);
-        }
-        made
+        let parts = layouts.iter().zip(&arrival.costs).enumerate();
+        parts
+            .map(|(index, (layouts, cost))| {
+                let others = lead.others.iter().map(|member| member.costs[index]);
+                let adding = others.sum::<u64>() + cost;
+                counters::batch(layouts, adding, counting, now_ms, store_deadline)
+            })
+            .collect()
     }
 
     /// The store's answer for every part, the leader answering each other
@@ -379,4 +378,15 @@ impl<S: Store> Limiter<S> {
         // Nothing of it was counted: a caller gone is owed nothing.
         let _ = member.answer(decided.await, None);
     }
+}
+
+/// Each part's layouts at `now_ms`.
+fn layouts_of(arrival: &Arrival<'_>, now_ms: u64) -> SmallVec<[Layouts; 1]> {
+    if let [part] = arrival.parts.as_slice() {
+        return SmallVec::from_buf([counters::layouts(part.digest, part.policy, now_ms)]);
+    }
+    let parts = arrival.parts.iter();
+    parts
+        .map(|part| counters::layouts(part.digest, part.policy, now_ms))
+        .collect()
 }
