@@ -59,40 +59,35 @@ use crate::store::{BatchCounts, CounterBatch, CounterKey, StoreError, bucket_ttl
 pub const MAX_TRIES: usize = 8;
 
 impl MemcachedStore {
-    /// The batch on one node: its counts, or its error with what it added
-    /// taken back.
+    /// The batch on one node (no replicas): its counts, or its error with
+    /// what it added taken back.
     pub(super) async fn exchange_one(
-        &self,
         node: &Node,
         batch: &CounterBatch,
     ) -> Result<BatchCounts, StoreError> {
-        let (counts, reserved) = self.exchange_asking_birth(node, batch, false).await?;
+        let (commands, additions) = request_of(batch, false);
+        let Counted { replies, reserved } = node
+            .call_counted(commands, additions, batch.deadline)
+            .await?;
+        // One command failed (memcached refused it, or a counter holds
+        // text): the check is not counted there, and the reservation,
+        // dropped, gives back what its other commands added.
+        let counts = counts_of(batch, &replies)?;
         // Its caller has the counts in this same poll.
         reserved.claim();
         Ok(counts)
     }
 
-    /// [`exchange_one`](Self::exchange_one), with the node's birth asked
-    /// in the same request when `ask_birth` (and learnt, see `Born`); the
-    /// counts come with the reservation of what the node added.
+    /// The batch on one replica, with the node's birth asked in the same
+    /// request when `ask_birth` (and learnt, see `Born`); the counts come
+    /// with the reservation of what the node added.
     async fn exchange_asking_birth<'a>(
-        &self,
         node: &'a Node,
         batch: &'a CounterBatch,
         ask_birth: bool,
     ) -> Result<(BatchCounts, Reservation<Queued<'a>>), StoreError> {
-        let additions = Additions {
-            counters: &batch.adds,
-            amount: batch.amount,
-            first_reply: batch.reads.len(),
-        };
-        let mut commands = commands_of(batch);
+        let (commands, additions) = request_of(batch, ask_birth);
         let generation = node.born().1;
-        if ask_birth {
-            commands.push(Command::Born {
-                now_s: batch.now_ms / 1000,
-            });
-        }
         let Counted {
             mut replies,
             reserved,
@@ -103,9 +98,6 @@ impl MemcachedStore {
         if ask_birth && let Some(Reply::Value(born)) = replies.pop() {
             node.learn_born(born, generation);
         }
-        // One command failed (memcached refused it, or a counter holds
-        // text): the check is not counted there, and the reservation,
-        // dropped, gives back what its other commands added.
         Ok((counts_of(batch, &replies)?, reserved))
     }
 
@@ -208,7 +200,7 @@ impl MemcachedStore {
                 let ask_birth = tries == 1 && node.born().0.is_none();
                 async move {
                     if ask {
-                        Some(self.exchange_asking_birth(node, batch, ask_birth).await)
+                        Some(Self::exchange_asking_birth(node, batch, ask_birth).await)
                     } else {
                         None
                     }
@@ -337,8 +329,9 @@ fn raise(highest: Option<BatchCounts>, counts: &BatchCounts) -> BatchCounts {
     }
 }
 
-/// A batch's commands: its reads, then its additions.
-fn commands_of(batch: &CounterBatch) -> Commands {
+/// A batch's request: its reads, then its additions (and the node's birth
+/// when `ask_birth`); which of them are the additions.
+fn request_of(batch: &CounterBatch, ask_birth: bool) -> (Commands, Additions<'_>) {
     let mut commands = Commands::new();
     commands.extend(batch.reads.iter().copied().map(Command::Read));
     commands.extend(batch.adds.iter().map(|&counter| Command::Add {
@@ -346,7 +339,17 @@ fn commands_of(batch: &CounterBatch) -> Commands {
         amount: batch.amount,
         ttl: wire::ttl(bucket_ttl_secs(counter.window), batch.now_ms),
     }));
-    commands
+    if ask_birth {
+        commands.push(Command::Born {
+            now_s: batch.now_ms / 1000,
+        });
+    }
+    let additions = Additions {
+        counters: &batch.adds,
+        amount: batch.amount,
+        first_reply: batch.reads.len(),
+    };
+    (commands, additions)
 }
 
 /// The subtraction of `amount` from each of `counters`.

@@ -229,7 +229,7 @@ impl Store for MemcachedStore {
         }
         let nodes = self.replicas_of(&digest)?;
         match &nodes[..] {
-            [node] => self.exchange_one(node, batch).await,
+            [node] => Self::exchange_one(node, batch).await,
             // Boxed: its tries and read repair would otherwise make every
             // check's future (moved whole at each level) the size of its
             // own, replicas or not.
