@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 /// A source of wall-clock time in milliseconds since the Unix epoch.
 ///
@@ -28,12 +28,44 @@ pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now_ms(&self) -> u64 {
-        // A clock set before 1970 is a broken host; reading it as the epoch
-        // keeps the limiter running (conservatively, on old buckets).
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |elapsed| elapsed.as_millis() as u64)
+        wall_ms()
     }
+}
+
+/// The wall clock in milliseconds since the epoch, read from
+/// `clock_gettime` itself: a check reads it twice, and through
+/// `SystemTime::duration_since` each reading cost three times as much.
+/// A clock set before 1970 is a broken host; reading it as the epoch keeps
+/// the limiter running (conservatively, on old buckets).
+#[cfg(unix)]
+fn wall_ms() -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a timespec clock_gettime may write; CLOCK_REALTIME
+    // always exists, and a failure leaves `now` at the epoch.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut now) };
+    let (Ok(seconds), Ok(nanos)) = (u64::try_from(now.tv_sec), u64::try_from(now.tv_nsec)) else {
+        return 0;
+    };
+    seconds
+        .saturating_mul(1000)
+        .saturating_add(nanos / 1_000_000)
+}
+
+#[cfg(not(unix))]
+fn wall_ms() -> u64 {
+    system_time_ms()
+}
+
+/// The wall clock through `SystemTime`.
+#[cfg(any(test, not(unix)))]
+fn system_time_ms() -> u64 {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_millis() as u64)
 }
 
 /// A clock that only moves when told to; clones share the same time.
@@ -127,6 +159,21 @@ impl<C: Clock> Clock for WatchedClock<C> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Read from `clock_gettime`, the wall clock is `SystemTime`'s, to
+    /// the millisecond (two readings a moment apart).
+    #[test]
+    fn the_system_clock_reads_the_same_time_as_system_time() {
+        for _ in 0..100 {
+            let before = system_time_ms();
+            let read = SystemClock.now_ms();
+            let after = system_time_ms();
+            assert!(
+                (before..=after).contains(&read),
+                "{read} not within {before}..={after}"
+            );
+        }
+    }
 
     #[test]
     fn manual_clock_clones_share_time() {
