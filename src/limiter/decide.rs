@@ -30,9 +30,21 @@ impl<S: Store> Limiter<S> {
         let deadline = Deadline::starting_at(started.into(), self.exchange.timeout);
         let now_ms = self.clock.now_ms();
         let asking = Items::of(items.len());
-        // Inline rather than a function of its own: each level of future a
-        // check goes through is moved whole when it is created.
-        let mut screening = Screening::default();
+        // The screen's refusals, by index: none for most requests, and no
+        // allocation then. The parts it passes go straight into the
+        // arrival, by a loop inline rather than a function of its own: each
+        // level of future a check goes through, and each value moved from
+        // one to the next, is copied whole.
+        let mut refused = Vec::new();
+        let mut arrival = Arrival {
+            parts: Parts::new(),
+            costs: Costs::new(),
+            counting,
+            now_ms,
+            deadline,
+            by: asking,
+            read_again: false,
+        };
         for (index, item) in items.iter().enumerate() {
             let part = Part::of(item.key, item.policy);
             if counting != Counting::Always {
@@ -42,37 +54,28 @@ impl<S: Store> Limiter<S> {
                     .await
                 {
                     Screened::Refused(decision) => {
-                        screening.refused.push((index, decision));
+                        refused.push((index, decision));
                         continue;
                     }
-                    Screened::Passed { read_again } => screening.read_again |= read_again,
+                    Screened::Passed { read_again } => arrival.read_again |= read_again,
                 }
             }
-            screening.parts.push(part);
-            screening.costs.push(item.cost);
+            arrival.parts.push(part);
+            arrival.costs.push(item.cost);
         }
-        let refused_first = screening.refused;
-        if screening.parts.is_empty() {
-            return Ok(refused_first.into_iter().map(|(_, d)| d).collect());
+        if arrival.parts.is_empty() {
+            return Ok(refused.into_iter().map(|(_, d)| d).collect());
         }
-        let mut arrival = Arrival {
-            parts: screening.parts,
-            costs: screening.costs,
-            counting: counting_for(items, &refused_first, counting),
-            now_ms,
-            deadline,
-            by: asking,
-            read_again: screening.read_again,
-        };
+        arrival.counting = counting_for(items, &refused, counting);
         let found = match &self.exchange.coalescer {
             Some(coalescer) => self.gathered(coalescer, &mut arrival).await?,
             // Without coalescing, a request is a batch of one.
             None => self.lead(&mut Lead::alone(), &arrival).await?,
         };
-        if refused_first.is_empty() {
+        if refused.is_empty() {
             return Ok(found);
         }
-        Ok(merged(items.len(), refused_first, found))
+        Ok(merged(items.len(), refused, found))
     }
 
     /// Decide a request the near-cache did not refuse, together with the
@@ -164,19 +167,6 @@ impl<S: Store> Limiter<S> {
             .decide(error, parts, costs, arrival.counting, now_ms)
             .await
     }
-}
-
-/// What the screen made of a request's items.
-#[derive(Default)]
-struct Screening<'a> {
-    /// Its refusals, by index: none for most requests, and no allocation
-    /// then.
-    refused: Vec<(usize, Decision)>,
-    /// The items the store decides.
-    parts: Parts<'a>,
-    costs: Costs,
-    /// Whether an entry was read again on the way.
-    read_again: bool,
 }
 
 /// How a request counts: one that can never pass (an item the screen
