@@ -333,12 +333,18 @@ fn raise(highest: Option<BatchCounts>, counts: &BatchCounts) -> BatchCounts {
 /// when `ask_birth`); which of them are the additions.
 fn request_of(batch: &CounterBatch, ask_birth: bool) -> (Commands, Additions<'_>) {
     let mut commands = Commands::new();
-    commands.extend(batch.reads.iter().copied().map(Command::Read));
-    commands.extend(batch.adds.iter().map(|&counter| Command::Add {
-        counter,
-        amount: batch.amount,
-        ttl: wire::ttl(bucket_ttl_secs(counter.window), batch.now_ms),
-    }));
+    for &counter in &batch.reads {
+        commands.push(Command::Read(counter));
+    }
+    for &counter in &batch.adds {
+        let ttl = wire::ttl(bucket_ttl_secs(counter.window), batch.now_ms);
+        let amount = batch.amount;
+        commands.push(Command::Add {
+            counter,
+            amount,
+            ttl,
+        });
+    }
     if ask_birth {
         commands.push(Command::Born {
             now_s: batch.now_ms / 1000,

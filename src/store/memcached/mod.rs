@@ -307,23 +307,26 @@ impl Store for MemcachedStore {
 
 /// A batch's counts from its replies: its reads', then its additions'.
 pub(super) fn batch_counts(read: &[Reply], added: &[Reply]) -> Result<BatchCounts, StoreError> {
-    Ok(BatchCounts {
-        read: read
-            .iter()
-            .map(|reply| match reply {
-                Reply::Value(value) => Ok(*value),
-                Reply::Missing => Ok(0),
-                other => Err(failed(other)),
-            })
-            .collect::<Result<_, _>>()?,
-        added: added
-            .iter()
-            .map(|reply| match reply {
-                Reply::Value(value) => Ok(*value),
-                other => Err(failed(other)),
-            })
-            .collect::<Result<_, _>>()?,
-    })
+    // Pushed one by one: collected through `Result`, the two lists cost a
+    // lone check 180 instructions.
+    let mut counts = BatchCounts {
+        read: Values::new(),
+        added: Values::new(),
+    };
+    for reply in read {
+        counts.read.push(match reply {
+            Reply::Value(value) => *value,
+            Reply::Missing => 0,
+            other => return Err(failed(other)),
+        });
+    }
+    for reply in added {
+        counts.added.push(match reply {
+            Reply::Value(value) => *value,
+            other => return Err(failed(other)),
+        });
+    }
+    Ok(counts)
 }
 
 /// Replicas from 1 to [`route::MAX_REPLICAS`], and no more than the
