@@ -118,7 +118,9 @@ pub(super) fn empty(cost: u64, now_ms: u64, deadline: Option<CallDeadline>) -> C
 /// Add the counters of `layouts` to `batch`: what [`batch`] reads and adds.
 pub(super) fn fill(batch: &mut CounterBatch, layouts: &[Layout], counting: Counting) {
     for layout in layouts {
-        batch.reads.extend(layout.older());
+        for older in layout.older() {
+            batch.reads.push(older);
+        }
         if counting == Counting::Never {
             batch.reads.push(layout.current);
         } else {
@@ -141,7 +143,9 @@ pub(super) fn counts_before(
         .iter()
         .map(|layout| {
             let mut counts: Counts = smallvec::smallvec![0; layout.before_epoch as usize];
-            counts.extend(reads.by_ref().take(layout.older as usize));
+            for read in reads.by_ref().take(layout.older as usize) {
+                counts.push(read);
+            }
             counts.push(if adding {
                 // The value after our addition, less our own cost: what
                 // was counted before us, concurrent callers included.
