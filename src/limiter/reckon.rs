@@ -65,7 +65,6 @@ pub(super) fn reckon<'c>(
         },
     };
     let mut requests = requests.into_iter().peekable();
-    reckoning.verdicts.reserve(requests.size_hint().0);
     // The first request sees the counts as they are: a lone check (most
     // batches) is decided without copying them.
     let Some(first) = requests.next() else {
