@@ -98,6 +98,7 @@ impl<R: Returns> Reservation<R> {
 
     /// `amounts` of what it holds, held from now on by a reservation that
     /// gives back through `to`; never more than it holds.
+    #[inline]
     pub fn hand_over<Q: Returns>(&mut self, amounts: &[u64], to: Q) -> Reservation<Q> {
         let moved = self.release(amounts);
         Reservation::new(to, moved, self.now_ms)
