@@ -7,7 +7,7 @@ use tokio::sync::oneshot;
 use super::deadline::Deadline;
 use super::exchange::gather::{Coalescer, Joined, Lead, Member, Turn};
 use super::request::{Arrival, Costs, Decisions, Item, Part, Parts};
-use super::screen::Screened;
+use super::screen::{Looked, Screened};
 use super::{CheckError, Decision, Limiter, Source, validate};
 use crate::near_cache::Items;
 use crate::store::{Store, StoreError};
@@ -48,11 +48,14 @@ impl<S: Store> Limiter<S> {
         for (index, item) in items.iter().enumerate() {
             let part = Part::of(item.key, item.policy);
             if counting != Counting::Always {
-                let screen = &self.screen;
-                match screen
-                    .screen(&self.exchange, part, item.cost, now_ms, deadline, asking)
-                    .await
-                {
+                let (screen, exchange) = (&self.screen, &self.exchange);
+                let screened = match screen.screen(exchange, part, item.cost, now_ms, asking) {
+                    Looked::Screened(screened) => screened,
+                    Looked::Due(due) => {
+                        Box::pin(screen.read_again_due(exchange, due, deadline)).await
+                    }
+                };
+                match screened {
                     Screened::Refused(decision) => {
                         refused.push((index, decision));
                         continue;

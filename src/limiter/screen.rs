@@ -31,6 +31,25 @@ pub(super) enum Screened {
     },
 }
 
+/// What the screen's first look made of a part: screened, or due to be
+/// read again first ([`Screen::read_again_due`]: at most once per
+/// interval per key).
+pub(super) enum Looked<'p> {
+    Screened(Screened),
+    Due(Box<Due<'p>>),
+}
+
+/// A part whose near-cache entry refused it, and is due to be read again.
+/// Boxed: rare, and kept out of every check's future.
+pub(super) struct Due<'p> {
+    part: Part<'p>,
+    cost: u64,
+    now_ms: u64,
+    asking: Items,
+    /// The entry's refusal, answered if the store fails.
+    verdict: Verdict,
+}
+
 /// What a refused request read of one part's counters.
 pub(super) struct Read<'a> {
     /// Each limit's counts before the request, oldest first.
@@ -44,17 +63,18 @@ pub(super) struct Read<'a> {
 
 impl Screen {
     /// The near-cache's refusal of a part of `cost`, if it has one; else
-    /// the store decides, told whether the entry was read again first.
-    pub(super) async fn screen<S: Store>(
+    /// the store decides. Without the store: most parts pass or are
+    /// refused here, and a check's future holds no screen of its own (see
+    /// [`Looked::Due`] for the rest).
+    pub(super) fn screen<'p, S: Store>(
         &self,
         exchange: &Exchange<S>,
-        part: Part<'_>,
+        part: Part<'p>,
         cost: u64,
         now_ms: u64,
-        deadline: Deadline,
         asking: Items,
-    ) -> Screened {
-        let passed = Screened::Passed { read_again: false };
+    ) -> Looked<'p> {
+        let passed = Looked::Screened(Screened::Passed { read_again: false });
         let (bounds, due) =
             match self
                 .near_cache
@@ -76,12 +96,38 @@ impl Screen {
             return passed;
         }
         if !due {
-            return Screened::Refused(self.refused(exchange, part, verdict, now_ms));
+            let refused = self.refused(exchange, part, verdict, now_ms);
+            return Looked::Screened(Screened::Refused(refused));
         }
-        // Boxed: at most once per interval per key, and a request's future
-        // (moved whole at each await it is created for) stays small.
-        let reread = Box::pin(self.read_again(exchange, part, cost, now_ms, deadline, asking));
-        match reread.await {
+        Looked::Due(Box::new(Due {
+            part,
+            cost,
+            now_ms,
+            asking,
+            verdict,
+        }))
+    }
+
+    /// A part whose entry refuses and is due to be read again: refused
+    /// with fresh counts, passed on to the store, or (the store failed)
+    /// refused by the entry.
+    pub(super) async fn read_again_due<S: Store>(
+        &self,
+        exchange: &Exchange<S>,
+        due: Box<Due<'_>>,
+        deadline: Deadline,
+    ) -> Screened {
+        let Due {
+            part,
+            cost,
+            now_ms,
+            asking,
+            verdict,
+        } = *due;
+        match self
+            .read_again(exchange, part, cost, now_ms, deadline, asking)
+            .await
+        {
             Some(Some(decision)) => Screened::Refused(decision),
             Some(None) => Screened::Passed { read_again: true },
             // The store failed: the entry is still the best knowledge
