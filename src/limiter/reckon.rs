@@ -115,6 +115,50 @@ pub(super) fn reckon_one(
     }
 }
 
+/// [`reckon`] of a batch of one part (a hot key's): each request one
+/// cost, decided against the counts as they run, the books kept in
+/// locals. The same reckoning, without a batch of several parts' books
+/// per request.
+pub(super) fn reckon_part(
+    limits: &[Limit],
+    counts: &CountsByLimit,
+    now_ms: u64,
+    costs: impl IntoIterator<Item = u64>,
+    counting: Counting,
+) -> Reckoning {
+    let mut running = counts.clone();
+    let (mut adding, mut kept, mut least) = (0, 0, None);
+    let mut verdicts = SmallVec::new();
+    for cost in costs {
+        let verdict = window::decide(limits, &running, now_ms, cost, counting);
+        if counting != Counting::Never {
+            adding += cost;
+        }
+        if verdict.counted {
+            kept += cost;
+            for counts in &mut running {
+                add(counts, cost);
+            }
+        }
+        if !verdict.allowed && counting != Counting::Always {
+            least = Some(least.map_or(cost, |least: u64| least.min(cost)));
+        }
+        verdicts.push(SmallVec::from_buf([verdict]));
+    }
+    let take_back = if counting == Counting::IfAdmitted {
+        adding - kept
+    } else {
+        0
+    };
+    Reckoning {
+        verdicts,
+        adding: SmallVec::from_buf([adding]),
+        kept: SmallVec::from_buf([kept]),
+        take_back: SmallVec::from_buf([take_back]),
+        remember: SmallVec::from_buf([least]),
+    }
+}
+
 /// Decide one request after the ones before it; whether it counted.
 fn decide_one(
     limits: &[&[Limit]],

@@ -11,7 +11,7 @@ use super::super::boundary;
 use super::super::counters::{self, CountsByLimit, Layouts};
 use super::super::exchange::Held;
 use super::super::exchange::gather::Lead;
-use super::super::reckon::{Reckoning, Verdicts, reckon, reckon_one};
+use super::super::reckon::{Reckoning, Verdicts, reckon, reckon_one, reckon_part};
 use super::super::request::{Arrival, Decisions};
 use super::super::{Decision, Source};
 use crate::policy::Limit;
@@ -141,6 +141,11 @@ pub(super) fn reckoned(
     match (&limits[..], counts, &arrival.costs[..]) {
         ([limits], [counts], [cost]) if lead.others.is_empty() => {
             reckon_one(limits, counts, now_ms, *cost, arrival.counting)
+        }
+        ([limits], [counts], [cost]) => {
+            let costs = lead.others.iter().map(|member| member.costs[0]);
+            let costs = costs.chain(std::iter::once(*cost));
+            reckon_part(limits, counts, now_ms, costs, arrival.counting)
         }
         _ => {
             let costs = lead.others.iter().map(|member| member.costs.as_slice());

@@ -188,6 +188,46 @@ proptest! {
         prop_assert_eq!(batch.kept.as_slice(), kept.as_slice());
     }
 
+    /// A batch of one part (a hot key's), reckoned in locals, is reckoned
+    /// exactly as [`reckon`] reckons it: the same verdicts in order, the
+    /// same books.
+    #[test]
+    fn a_batch_of_one_part_reckons_as_the_batch(
+        costs in proptest::collection::vec(1u64..6, 1..40),
+        short in 1u64..30,
+        long in 1u64..80,
+        older in proptest::collection::vec(0u64..20, 4),
+        current in 0u64..20,
+        advance in 0u64..10_000,
+        counting in counting(),
+    ) {
+        let clock = ManualClock::new(600_000 * 10);
+        clock.advance(std::time::Duration::from_millis(advance));
+        let now = clock.now_ms();
+        let limits = [
+            Limit::new(short, 10_000, 1).unwrap(),
+            Limit::new(long, 60_000, 3).unwrap(),
+        ];
+        let start: CountsByLimit = smallvec![
+            counts(&[older[0], current]),
+            counts(&[older[1], older[2], older[3], current]),
+        ];
+        let requests: Vec<[u64; 1]> = costs.iter().map(|&cost| [cost]).collect();
+        let batch = reckon(
+            &[&limits],
+            std::slice::from_ref(&start),
+            now,
+            requests.iter().map(|costs| costs.as_slice()),
+            counting,
+        );
+        let part = reckon_part(&limits, &start, now, costs.iter().copied(), counting);
+        prop_assert_eq!(&part.verdicts, &batch.verdicts);
+        prop_assert_eq!(&part.adding, &batch.adding);
+        prop_assert_eq!(&part.kept, &batch.kept);
+        prop_assert_eq!(&part.take_back, &batch.take_back);
+        prop_assert_eq!(&part.remember, &batch.remember);
+    }
+
     /// A lone request of one part, reckoned directly, is reckoned exactly
     /// as [`reckon`] reckons a batch of it alone.
     #[test]
