@@ -22,6 +22,7 @@ use crate::window::{self, Counting, Verdict};
 pub(super) type Verdicts = SmallVec<[Verdict; 1]>;
 
 /// How a batch was decided.
+#[cfg_attr(test, derive(Debug, PartialEq))]
 pub(super) struct Reckoning {
     /// Each request's verdicts, in arrival order.
     pub verdicts: SmallVec<[Verdicts; 1]>,
