@@ -22,7 +22,7 @@ use super::FailureMode;
 use super::deadline::{Bounded, Deadline, Timed};
 use crate::join::join_all;
 use crate::metrics::Metrics;
-use crate::store::reservation::{Added, Amounts, Reservation};
+use crate::store::reservation::{Added, Amounts, Reservation, gives_back, subtractions};
 use crate::store::{BatchCounts, CallDeadline, CounterBatch, CounterKey, Store, StoreError};
 
 /// Each part's value after a take-back, when known.
@@ -215,12 +215,7 @@ impl<S: Store> Exchange<S> {
         batches: &[CounterBatch],
         amounts: &[u64],
     ) -> After {
-        let takes: SmallVec<[(&[CounterKey], u64); 1]> = batches
-            .iter()
-            .zip(amounts)
-            .filter(|(batch, amount)| **amount > 0 && !batch.adds.is_empty())
-            .map(|(batch, &amount)| (batch.adds.as_slice(), amount))
-            .collect();
+        let takes = subtractions(batches.iter().map(|batch| batch.adds.as_slice()), amounts);
         let Some(now_ms) = batches.first().map(|batch| batch.now_ms) else {
             return After::new();
         };
@@ -251,7 +246,7 @@ impl<S: Store> Exchange<S> {
             .iter()
             .zip(amounts)
             .map(|(batch, &amount)| {
-                if amount > 0 && !batch.adds.is_empty() {
+                if gives_back(&batch.adds, amount) {
                     results.next().flatten()
                 } else {
                     None

@@ -175,19 +175,32 @@ where
     C: AsRef<[CounterKey]>,
 {
     fn give_back(&self, amounts: &[u64], now_ms: u64) {
-        let takes: SmallVec<[(&[CounterKey], u64); 1]> = self
-            .adds
-            .iter()
-            .zip(amounts)
-            .filter(|(adds, amount)| **amount > 0 && !adds.as_ref().is_empty())
-            .map(|(adds, &amount)| (adds.as_ref(), amount))
-            .collect();
+        let takes = subtractions(self.adds.iter().map(AsRef::as_ref), amounts);
         match takes.as_slice() {
             [] => {}
             [(counters, amount)] => start_now(self.store.subtract(counters, *amount, now_ms)),
             takes => start_now(self.store.subtract_many(takes, now_ms)),
         }
     }
+}
+
+/// The subtractions that give back `amounts[i]` from the counters
+/// `adds[i]` of each part, in order, for each part that [`gives_back`].
+pub fn subtractions<'a>(
+    adds: impl IntoIterator<Item = &'a [CounterKey]>,
+    amounts: &[u64],
+) -> SmallVec<[(&'a [CounterKey], u64); 1]> {
+    adds.into_iter()
+        .zip(amounts)
+        .filter(|&(adds, &amount)| gives_back(adds, amount))
+        .map(|(adds, &amount)| (adds, amount))
+        .collect()
+}
+
+/// Whether a part that added to `adds` gives `amount` back: not when it
+/// added nothing, or has nothing to give.
+pub fn gives_back(adds: &[CounterKey], amount: u64) -> bool {
+    amount > 0 && !adds.is_empty()
 }
 
 #[cfg(test)]
