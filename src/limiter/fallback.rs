@@ -93,7 +93,8 @@ impl Fallback {
                 let _ = self.local.subtract(&batch.adds, back, now_ms).await;
             }
         }
-        let verdicts = reckoning.verdicts.pop().unwrap_or_default();
+        // One request: its verdicts are the reckoning's.
+        let verdicts = std::mem::take(&mut reckoning.verdicts);
         Ok(verdicts
             .into_iter()
             .map(|verdict| Decision::new(verdict, Source::Fallback))

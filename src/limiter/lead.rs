@@ -10,7 +10,7 @@ mod parts;
 
 use self::parts::{
     Answering, answer_admitted, answer_refused, counts_of, decision_of, decisions_of,
-    holds_its_own, limits_of, reckoned,
+    holds_its_own, last_verdicts, limits_of, reckoned,
 };
 
 use super::boundary::{self, Crossing};
@@ -196,22 +196,25 @@ impl<S: Store> Limiter<S> {
         } = settling;
         let counting = arrival.counting;
         let decision_of = decision_of(stood);
-        let mut verdicts = std::mem::take(&mut reckoning.verdicts);
-        let mine = verdicts.pop().unwrap_or_default();
+        let verdicts = std::mem::take(&mut reckoning.verdicts);
         // What was refused is taken back below, by the leader itself.
         held.surrender_part(&reckoning.take_back);
         // The admitted first; the refused once the take-back has landed,
         // so a refused caller that asks again finds the counts it left.
-        let refused = if lead.others.is_empty() {
-            Vec::new()
+        let (mine, refused) = if lead.others.is_empty() {
+            (verdicts, Vec::new())
         } else {
+            let mut verdicts = verdicts;
+            let mine = last_verdicts(&mut verdicts, batches.len());
             let answering = Answering {
                 verdicts,
                 reckoning,
                 held,
                 counting,
             };
-            answer_admitted(&self.exchange.store, lead, batches, answering, &decision_of)
+            let store = &self.exchange.store;
+            let refused = answer_admitted(store, lead, batches, answering, &decision_of);
+            (mine, refused)
         };
         debug_assert!(
             holds_its_own(held, arrival),
@@ -231,7 +234,7 @@ impl<S: Store> Limiter<S> {
             }
         }
         if !lead.others.is_empty() {
-            answer_refused(lead, refused, &decision_of);
+            answer_refused(lead, refused);
         }
         self.remember_batch(arrival, counts, reckoning, &after, now_ms);
         Some(decisions_of(mine, &decision_of))

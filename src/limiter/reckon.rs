@@ -18,14 +18,17 @@ use super::request::Costs;
 use crate::policy::Limit;
 use crate::window::{self, Counting, Verdict};
 
-/// One request's verdicts, one per part.
+/// Verdicts, one per part of each request, the requests in arrival order:
+/// request `i`'s are `[i * parts..][..parts]`. Flat, so that a batch of
+/// one part (every hot key's) holds a verdict per request, not a vector
+/// of one.
 pub(super) type Verdicts = SmallVec<[Verdict; 1]>;
 
 /// How a batch was decided.
 #[cfg_attr(test, derive(Debug, PartialEq))]
 pub(super) struct Reckoning {
-    /// Each request's verdicts, in arrival order.
-    pub verdicts: SmallVec<[Verdicts; 1]>,
+    /// Each request's verdicts, one per part, in arrival order.
+    pub verdicts: Verdicts,
     /// Per part: what the batch added.
     pub adding: Costs,
     /// Per part: what the admitted requests keep counted.
@@ -41,6 +44,12 @@ impl Reckoning {
     /// Whether the batch counted anything that stays.
     pub(super) fn kept_any(&self) -> bool {
         self.kept.iter().any(|&kept| kept > 0)
+    }
+
+    /// Each request's verdicts, one per part, in arrival order.
+    #[cfg(test)]
+    pub(super) fn by_request(&self) -> std::slice::Chunks<'_, Verdict> {
+        self.verdicts.chunks(self.adding.len().max(1))
     }
 }
 
@@ -108,7 +117,7 @@ pub(super) fn reckon_one(
     };
     let refused = !verdict.allowed && counting != Counting::Always;
     Reckoning {
-        verdicts: SmallVec::from_buf([SmallVec::from_buf([verdict])]),
+        verdicts: SmallVec::from_buf([verdict]),
         adding: SmallVec::from_buf([adding]),
         kept: SmallVec::from_buf([kept]),
         take_back: SmallVec::from_buf([take_back]),
@@ -144,7 +153,7 @@ pub(super) fn reckon_part(
         if !verdict.allowed && counting != Counting::Always {
             least = Some(least.map_or(cost, |least: u64| least.min(cost)));
         }
-        verdicts.push(SmallVec::from_buf([verdict]));
+        verdicts.push(verdict);
     }
     let take_back = if counting == Counting::IfAdmitted {
         adding - kept
@@ -174,10 +183,10 @@ fn decide_one(
         let verdict = window::decide(limits, counts, now_ms, *cost, counting);
         let counted = verdict.counted;
         book(reckoning, 0, &verdict, *cost, counted, counting);
-        reckoning.verdicts.push(SmallVec::from_buf([verdict]));
+        reckoning.verdicts.push(verdict);
         return counted;
     }
-    let decide = |counting| -> Verdicts {
+    let decide = |counting| -> SmallVec<[Verdict; 2]> {
         limits
             .iter()
             .zip(counts)
@@ -195,7 +204,9 @@ fn decide_one(
     for (index, (verdict, &cost)) in verdicts.iter().zip(costs).enumerate() {
         book(reckoning, index, verdict, cost, counted, counting);
     }
-    reckoning.verdicts.push(verdicts);
+    for verdict in verdicts {
+        reckoning.verdicts.push(verdict);
+    }
     counted
 }
 

@@ -21,24 +21,21 @@ use crate::window::{Counting, Verdict};
 
 /// Answer the refused requests set aside by `answer_admitted`, once the
 /// take-back has landed; the batch is then answered whole.
-pub(super) fn answer_refused(
-    lead: &mut Lead<'_>,
-    refused: Vec<(usize, Verdicts)>,
-    decision_of: &impl Fn(Verdict) -> Decision,
-) {
-    for (index, verdicts) in refused {
+pub(super) fn answer_refused(lead: &mut Lead<'_>, refused: Vec<(usize, Decisions)>) {
+    for (index, decisions) in refused {
         if let Some(member) = lead.others.get_mut(index) {
             // Refused: it holds nothing, and a caller gone is told nothing.
-            let _ = member.answer(Ok(decisions_of(verdicts, decision_of)), None);
+            let _ = member.answer(Ok(decisions), None);
         }
     }
     lead.others.clear();
 }
 
-/// What `answer_admitted` answers from: the other requests' verdicts, the
-/// reckoning it amends for callers gone, and what the leader holds.
+/// What `answer_admitted` answers from: the other requests' verdicts (one
+/// per part of each), the reckoning it amends for callers gone, and what
+/// the leader holds.
 pub(super) struct Answering<'r, 'h, S: Store> {
-    pub(super) verdicts: SmallVec<[Verdicts; 1]>,
+    pub(super) verdicts: Verdicts,
     pub(super) reckoning: &'r mut Reckoning,
     pub(super) held: &'r mut Held<'h, S>,
     pub(super) counting: Counting,
@@ -56,20 +53,23 @@ pub(super) fn answer_admitted<S: Store>(
     batches: &[CounterBatch],
     answering: Answering<'_, '_, S>,
     decision_of: &impl Fn(Verdict) -> Decision,
-) -> Vec<(usize, Verdicts)> {
+) -> Vec<(usize, Decisions)> {
     let Answering {
         verdicts,
         reckoning,
         held,
         counting,
     } = answering;
+    let parts = batches.len();
+    let mut verdicts = verdicts.into_iter();
     let mut refused = Vec::new();
     // One returns for the whole batch, shared by its counted answers.
     let mut shared: Option<SharedAdded> = None;
-    for (index, (member, verdicts)) in lead.others.iter_mut().zip(verdicts).enumerate() {
-        let all_counted = verdicts.iter().all(|verdict| verdict.counted);
+    for (index, member) in lead.others.iter_mut().enumerate() {
+        let decisions = next_decisions(&mut verdicts, parts, decision_of);
+        let all_counted = decisions.iter().all(|decision| decision.counted);
         if counting == Counting::IfAdmitted && !all_counted {
-            refused.push((index, verdicts));
+            refused.push((index, decisions));
             continue;
         }
         let share = (counting == Counting::IfAdmitted).then(|| {
@@ -79,7 +79,6 @@ pub(super) fn answer_admitted<S: Store>(
             });
             held.hand_over(&member.costs, returns.clone())
         });
-        let decisions = decisions_of(verdicts, decision_of);
         if let Err(Some(share)) = member.answer(Ok(decisions), share) {
             let back = share.surrender();
             for (index, &cost) in back.iter().enumerate() {
@@ -114,6 +113,34 @@ pub(super) fn holds_its_own<S: Store>(held: &Held<'_, S>, arrival: &Arrival<'_>)
             .iter()
             .zip(&arrival.costs)
             .all(|(&held, &own)| held == 0 || held == own)
+}
+
+/// The next request's decisions, from its `parts` verdicts: built in
+/// place for one part.
+fn next_decisions(
+    verdicts: &mut impl Iterator<Item = Verdict>,
+    parts: usize,
+    decision_of: &impl Fn(Verdict) -> Decision,
+) -> Decisions {
+    if parts == 1 {
+        let verdict = verdicts.next();
+        return verdict.map_or_else(Decisions::new, |verdict| {
+            SmallVec::from_buf([decision_of(verdict)])
+        });
+    }
+    verdicts.take(parts).map(decision_of).collect()
+}
+
+/// The last request's verdicts (the leader's own), taken off the end of
+/// the batch's: in place for one part.
+pub(super) fn last_verdicts(verdicts: &mut Verdicts, parts: usize) -> Verdicts {
+    if parts == 1
+        && let Some(verdict) = verdicts.pop()
+    {
+        return SmallVec::from_buf([verdict]);
+    }
+    let first = verdicts.len().saturating_sub(parts);
+    verdicts.drain(first..).collect()
 }
 
 /// A request's decisions from its verdicts: built in place for one part.

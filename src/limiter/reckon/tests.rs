@@ -17,8 +17,7 @@ fn one(values: &[u64]) -> CountsByLimit {
 
 fn allowed(reckoning: &Reckoning) -> Vec<bool> {
     reckoning
-        .verdicts
-        .iter()
+        .by_request()
         .map(|verdicts| verdicts.iter().all(|verdict| verdict.allowed))
         .collect()
 }
@@ -44,10 +43,7 @@ fn in_order_each_check_sees_the_ones_admitted_before_it() {
     // A refused check's wait counts only what was admitted (5), not the 7
     // added together.
     let alone = window::decide(&limits, &[counts(&[0, 5])], now, 1, Counting::IfAdmitted);
-    assert_eq!(
-        reckoning.verdicts[5][0].retry_after_ms,
-        alone.retry_after_ms
-    );
+    assert_eq!(reckoning.verdicts[5].retry_after_ms, alone.retry_after_ms);
 }
 
 #[test]
@@ -81,7 +77,7 @@ fn a_request_of_several_parts_counts_in_all_or_none() {
         Counting::IfAdmitted,
     );
     assert_eq!(allowed(&reckoning), [true, false]);
-    let second = &reckoning.verdicts[1];
+    let second = reckoning.by_request().nth(1).unwrap();
     assert!(second[0].allowed && !second[0].counted, "five alone admits");
     assert!(!second[1].allowed);
     assert_eq!(reckoning.kept.as_slice(), [1, 1]);
@@ -96,10 +92,7 @@ fn reports_count_everything_and_peeks_nothing() {
     let each = || costs.iter().map(|cost| cost.as_slice());
     let report = reckon(&[&limits], &[one(&[0, 0])], 5_000, each(), Counting::Always);
     assert_eq!((report.kept[0], report.take_back[0]), (3, 0));
-    assert!(
-        !report.verdicts[2][0].allowed,
-        "past the limit, and said so"
-    );
+    assert!(!report.verdicts[2].allowed, "past the limit, and said so");
     assert_eq!(report.remember[0], None);
     let peek = reckon(&[&limits], &[one(&[0, 2])], 5_000, each(), Counting::Never);
     assert_eq!((peek.adding[0], peek.kept[0]), (0, 0));
@@ -164,11 +157,7 @@ proptest! {
         for part in 0..2 {
             prop_assert_eq!(batch.kept[part] + batch.take_back[part], batch.adding[part]);
         }
-        let refused = batch
-            .verdicts
-            .iter()
-            .flatten()
-            .any(|verdict| !verdict.allowed);
+        let refused = batch.verdicts.iter().any(|verdict| !verdict.allowed);
         if !refused {
             prop_assert!(batch.remember.iter().all(Option::is_none));
         }
@@ -179,9 +168,9 @@ proptest! {
         // The replay: each request alone, after the ones counted before it.
         let mut state = start.clone();
         let mut kept = [0u64; 2];
-        for (costs, batched) in requests.iter().zip(&batch.verdicts) {
+        for (costs, batched) in requests.iter().zip(batch.by_request()) {
             let alone = reckon(&limits, &state, now, [costs.as_slice()], counting);
-            prop_assert_eq!(&alone.verdicts[0], batched);
+            prop_assert_eq!(alone.verdicts.as_slice(), batched);
             if alone.kept_any() {
                 for (part, &cost) in costs.iter().enumerate() {
                     kept[part] += cost;
