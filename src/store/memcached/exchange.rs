@@ -172,9 +172,10 @@ impl MemcachedStore {
             .iter()
             .zip(reserved)
             .filter_map(|(node, reserved)| {
-                reserved?.surrender();
-                let take_back = take_back_of(&batch.adds, batch.amount);
-                Some(node.call(take_back, Delivery::Always))
+                // What this replica applied, one amount per counter.
+                let applied = reserved?.surrender();
+                let take_back = giving_back(&batch.adds, &applied);
+                (!take_back.is_empty()).then(|| node.call(take_back, Delivery::Always))
             })
             .collect();
         join_all(take_backs).await;
@@ -364,6 +365,18 @@ pub(super) fn take_back_of(counters: &[CounterKey], amount: u64) -> Commands {
         .iter()
         .map(|&counter| Command::Subtract { counter, amount })
         .collect()
+}
+
+/// The subtractions that give back what each of `counters` was added
+/// (`amounts`, one per counter; nothing where it is 0).
+fn giving_back(counters: &[CounterKey], amounts: &[u64]) -> Commands {
+    let mut commands = Commands::new();
+    for (&counter, &amount) in counters.iter().zip(amounts) {
+        if amount > 0 {
+            commands.push(Command::Subtract { counter, amount });
+        }
+    }
+    commands
 }
 
 /// A node's counts for `batch`, from its replies.
