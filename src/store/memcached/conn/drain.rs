@@ -21,6 +21,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use super::Node;
 use super::queue::Queue;
 use super::reader::{Shared, fail_written};
 use super::signal::Waiting;
@@ -29,6 +30,9 @@ use super::slot::Slot;
 /// How often a drain looks whether its node was dropped: nothing it reads
 /// could be taken back then, since the node's queues no longer send.
 const LOOK_EVERY: Duration = Duration::from_millis(50);
+
+/// How often a node that left the topology looks whether it owes nothing.
+const LEFT_NODE_LOOKS_EVERY: Duration = Duration::from_millis(20);
 
 /// What a connection given up keeps: its reader, running, and its write
 /// half, never written again but held open, since closing it would tell
@@ -112,5 +116,40 @@ async fn drain<W>(given_up: GivenUp<W>, queue: Arc<Queue>, within: Duration, add
             "a stalled connection ended owing replies; what their writes added, if memcached \
              applied it, stays counted until its bucket expires"
         ),
+    }
+}
+
+/// A node that left the topology drains as a whole.
+impl Node {
+    /// Whether the node has nothing queued and no write unanswered, a
+    /// draining connection's included: a reply still to come may carry a
+    /// take-back (its caller gave up), and a take-back may be queued;
+    /// either needs the connections open.
+    fn owes_nothing(&self) -> bool {
+        self.queues.iter().all(|queue| queue.is_empty())
+            && self
+                .status
+                .slots
+                .iter()
+                .all(|slot| slot.oldest_unanswered().is_none() && !slot.draining())
+    }
+
+    /// Keep a node that left the topology until it owes nothing, at most
+    /// `within`: its connections close when the last handle on it goes,
+    /// and without this the replies still due (and the take-backs they
+    /// carry for callers that gave up) would be lost with them. Owing
+    /// nothing twice in a row, a short while apart, is believed: a writer
+    /// holding a request between the queue and the wire shows neither.
+    pub async fn keep_until_it_owes_nothing(self: Arc<Self>, within: Duration) {
+        let until = tokio::time::Instant::now() + within;
+        let mut quiet_looks = 0;
+        while quiet_looks < 2 && tokio::time::Instant::now() < until {
+            quiet_looks = if self.owes_nothing() {
+                quiet_looks + 1
+            } else {
+                0
+            };
+            tokio::time::sleep(LEFT_NODE_LOOKS_EVERY).await;
+        }
     }
 }

@@ -15,7 +15,7 @@
 //! | [`writer`] | the writer and the batching of writes |
 //! | [`sweep`] | the deadline sweep: a request whose caller's time is up is answered, queued or written |
 //! | [`reader`] | the reader and its FIFO of written requests; answers, and the take-back of a caller already gone |
-//! | [`drain`] | a connection given up as stalled, read on for its late replies until it owes nothing or its bound passes |
+//! | [`drain`] | a connection given up as stalled, read on for its late replies until it owes nothing or its bound passes; a node that left the topology, kept until it owes nothing |
 //! | [`health`] | the pure policy: overdue, stalled and how it is given up, extra connections, which slot takes a request |
 //! | `status` | what routing reads lock-free: each slot's phase, oldest unanswered write and drain, the node's clock, redials and late replies |
 //! | [`unclaimed`] | a counted request's wait, and the reservation of what its replies report added |
@@ -266,39 +266,6 @@ impl Node {
 
     pub fn redials(&self) -> [(&'static str, u64); Redial::ALL.len()] {
         self.status.redials.by_reason()
-    }
-
-    /// Whether the node has nothing queued and no write unanswered, a
-    /// draining connection's included: a reply still to come may carry a
-    /// take-back (its caller gave up), and a take-back may be queued;
-    /// either needs the connections open.
-    fn owes_nothing(&self) -> bool {
-        self.queues.iter().all(|queue| queue.is_empty())
-            && self
-                .status
-                .slots
-                .iter()
-                .all(|slot| slot.oldest_unanswered().is_none() && !slot.draining())
-    }
-
-    /// Keep a node that left the topology until it owes nothing, at most
-    /// `within`: its connections close when the last handle on it goes,
-    /// and without this the replies still due (and the take-backs they
-    /// carry for callers that gave up) would be lost with them. Owing
-    /// nothing twice in a row, a short while apart, is believed: a writer
-    /// holding a request between the queue and the wire shows neither.
-    pub async fn keep_until_it_owes_nothing(self: Arc<Self>, within: Duration) {
-        const LOOK_EVERY: Duration = Duration::from_millis(20);
-        let until = tokio::time::Instant::now() + within;
-        let mut quiet_looks = 0;
-        while quiet_looks < 2 && tokio::time::Instant::now() < until {
-            quiet_looks = if self.owes_nothing() {
-                quiet_looks + 1
-            } else {
-                0
-            };
-            tokio::time::sleep(LOOK_EVERY).await;
-        }
     }
 
     /// Which slot's queue takes a request now (see [`health::pick`]).
