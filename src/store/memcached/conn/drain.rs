@@ -14,6 +14,9 @@
 //! it owes is bounded by what its writer had out when it was given up
 //! (`writer::WRITES_IN_FLIGHT` writes), and a slot drains one connection
 //! at a time (see `health::give_up`).
+//!
+//! A node that left the topology drains as a whole: it is kept until it
+//! owes nothing, or its bound passes (`Node::keep_until_it_owes_nothing`).
 
 use std::sync::Arc;
 use std::time::Duration;
