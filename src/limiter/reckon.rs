@@ -108,20 +108,15 @@ pub(super) fn reckon_one(
     counting: Counting,
 ) -> Reckoning {
     let verdict = window::decide(limits, counts, now_ms, cost, counting);
-    let adding = if counting == Counting::Never { 0 } else { cost };
+    let adding = added(cost, counting);
     let kept = if verdict.counted { cost } else { 0 };
-    let take_back = if counting == Counting::IfAdmitted {
-        adding - kept
-    } else {
-        0
-    };
-    let refused = !verdict.allowed && counting != Counting::Always;
+    let least = least_refused(None, &verdict, cost, counting);
     Reckoning {
         verdicts: SmallVec::from_buf([verdict]),
         adding: SmallVec::from_buf([adding]),
         kept: SmallVec::from_buf([kept]),
-        take_back: SmallVec::from_buf([take_back]),
-        remember: SmallVec::from_buf([refused.then_some(cost)]),
+        take_back: SmallVec::from_buf([taken_back(adding, kept, counting)]),
+        remember: SmallVec::from_buf([least]),
     }
 }
 
@@ -141,30 +136,21 @@ pub(super) fn reckon_part(
     let mut verdicts = SmallVec::new();
     for cost in costs {
         let verdict = window::decide(limits, &running, now_ms, cost, counting);
-        if counting != Counting::Never {
-            adding += cost;
-        }
+        adding += added(cost, counting);
         if verdict.counted {
             kept += cost;
             for counts in &mut running {
                 add(counts, cost);
             }
         }
-        if !verdict.allowed && counting != Counting::Always {
-            least = Some(least.map_or(cost, |least: u64| least.min(cost)));
-        }
+        least = least_refused(least, &verdict, cost, counting);
         verdicts.push(verdict);
     }
-    let take_back = if counting == Counting::IfAdmitted {
-        adding - kept
-    } else {
-        0
-    };
     Reckoning {
         verdicts,
         adding: SmallVec::from_buf([adding]),
         kept: SmallVec::from_buf([kept]),
-        take_back: SmallVec::from_buf([take_back]),
+        take_back: SmallVec::from_buf([taken_back(adding, kept, counting)]),
         remember: SmallVec::from_buf([least]),
     }
 }
@@ -220,16 +206,47 @@ fn book(
     counted: bool,
     counting: Counting,
 ) {
-    if counting != Counting::Never {
-        reckoning.adding[index] += cost;
-    }
+    reckoning.adding[index] += added(cost, counting);
     if counted {
         reckoning.kept[index] += cost;
     }
-    if !verdict.allowed && counting != Counting::Always {
-        let least = &mut reckoning.remember[index];
-        *least = Some(least.map_or(cost, |least| least.min(cost)));
+    let least = &mut reckoning.remember[index];
+    *least = least_refused(*least, verdict, cost, counting);
+}
+
+/// What a request of `cost` adds to a part's counters: nothing for a
+/// peek.
+#[inline]
+fn added(cost: u64, counting: Counting) -> u64 {
+    if counting == Counting::Never { 0 } else { cost }
+}
+
+/// What goes back of what a part added: what its admitted requests did
+/// not keep, for checks; nothing for reports (counted whatever) or peeks
+/// (which added nothing).
+#[inline]
+fn taken_back(adding: u64, kept: u64, counting: Counting) -> u64 {
+    if counting == Counting::IfAdmitted {
+        adding - kept
+    } else {
+        0
     }
+}
+
+/// The least cost a part refused, `least` so far, once `verdict` on a
+/// request of `cost` is seen: a report, counted whatever, leaves nothing
+/// to remember.
+#[inline]
+fn least_refused(
+    least: Option<u64>,
+    verdict: &Verdict,
+    cost: u64,
+    counting: Counting,
+) -> Option<u64> {
+    if verdict.allowed || counting == Counting::Always {
+        return least;
+    }
+    Some(least.map_or(cost, |least| least.min(cost)))
 }
 
 /// A zero for each of `parts`: built inline for one, the usual case.
@@ -241,17 +258,15 @@ fn zeros(parts: usize) -> Costs {
     }
 }
 
-/// What was added and not kept goes back.
+/// Each part's take-back, from what it added and kept.
 fn settled(reckoning: &mut Reckoning, counting: Counting) {
-    if counting == Counting::IfAdmitted {
-        for ((back, adding), kept) in reckoning
-            .take_back
-            .iter_mut()
-            .zip(&reckoning.adding)
-            .zip(&reckoning.kept)
-        {
-            *back = adding - kept;
-        }
+    for ((back, &adding), &kept) in reckoning
+        .take_back
+        .iter_mut()
+        .zip(&reckoning.adding)
+        .zip(&reckoning.kept)
+    {
+        *back = taken_back(adding, kept, counting);
     }
 }
 
