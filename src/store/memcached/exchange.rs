@@ -45,7 +45,7 @@ use std::time::{Duration, Instant};
 
 use smallvec::SmallVec;
 
-use super::conn::{Additions, Commands, Counted, Delivery, Node, Queued, Replies};
+use super::conn::{Additions, Commands, Counted, Delivery, Node, Queued, Replies, giving_back};
 use super::repair::suspects;
 use super::route::MAX_REPLICAS;
 use super::topology::ReplicaNodes;
@@ -174,7 +174,8 @@ impl MemcachedStore {
             .filter_map(|(node, reserved)| {
                 // What this replica applied, one amount per counter.
                 let applied = reserved?.surrender();
-                let take_back = giving_back(&batch.adds, &applied);
+                let owed = batch.adds.iter().copied().zip(applied);
+                let take_back = giving_back(owed);
                 (!take_back.is_empty()).then(|| node.call(take_back, Delivery::Always))
             })
             .collect();
@@ -365,18 +366,6 @@ pub(super) fn take_back_of(counters: &[CounterKey], amount: u64) -> Commands {
         .iter()
         .map(|&counter| Command::Subtract { counter, amount })
         .collect()
-}
-
-/// The subtractions that give back what each of `counters` was added
-/// (`amounts`, one per counter; nothing where it is 0).
-fn giving_back(counters: &[CounterKey], amounts: &[u64]) -> Commands {
-    let mut commands = Commands::new();
-    for (&counter, &amount) in counters.iter().zip(amounts) {
-        if amount > 0 {
-            commands.push(Command::Subtract { counter, amount });
-        }
-    }
-    commands
 }
 
 /// A node's counts for `batch`, from its replies.

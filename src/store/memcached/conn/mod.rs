@@ -84,7 +84,7 @@ use super::wire::{Command, Reply};
 use crate::store::{CallDeadline, StoreError};
 
 pub use self::queue::Delivery;
-pub use self::queued::{Additions, Queued};
+pub use self::queued::{Additions, Queued, giving_back};
 pub use self::status::{ConnectionStates, LateReplies, Redial, Redials};
 use self::status::{NodeClock, NodeStatus, SlotStatus};
 pub use self::unclaimed::Counted;

@@ -45,22 +45,26 @@ impl Returns for Queued<'_> {
                 .get(group)
                 .and_then(|command| Some(command.addition()?.0)),
         };
-        let commands: Commands = amounts
-            .iter()
-            .enumerate()
-            .filter(|(_, amount)| **amount > 0)
-            .filter_map(|(group, &amount)| {
-                Some(Command::Subtract {
-                    counter: counter(group)?,
-                    amount,
-                })
-            })
-            .collect();
+        let owed = amounts.iter().enumerate();
+        let commands =
+            giving_back(owed.filter_map(|(group, &amount)| Some((counter(group)?, amount))));
         if !commands.is_empty() {
             self.queue
                 .push_owed(Request::new(commands, Delivery::Always, None));
         }
     }
+}
+
+/// The subtractions that give back each counter's amount, leaving out
+/// those with nothing to give: what a reservation of additions returns.
+pub fn giving_back(owed: impl IntoIterator<Item = (CounterKey, u64)>) -> Commands {
+    let mut commands = Commands::new();
+    for (counter, amount) in owed {
+        if amount > 0 {
+            commands.push(Command::Subtract { counter, amount });
+        }
+    }
+    commands
 }
 
 impl<'a> Queued<'a> {
