@@ -66,16 +66,17 @@ impl MemcachedStore {
         batch: &CounterBatch,
     ) -> Result<BatchCounts, StoreError> {
         let (commands, additions) = request_of(batch, false);
-        let Counted { replies, reserved } = node
-            .call_counted(commands, additions, batch.deadline)
-            .await?;
-        // One command failed (memcached refused it, or a counter holds
-        // text): the check is not counted there, and the reservation,
-        // dropped, gives back what its other commands added.
-        let counts = counts_of(batch, &replies)?;
-        // Its caller has the counts in this same poll.
-        reserved.claim();
-        Ok(counts)
+        let deadline = batch.deadline;
+        node.call_counted(commands, additions, deadline, |counted| {
+            // One command failed (memcached refused it, or a counter holds
+            // text): the check is not counted there, and the reservation,
+            // dropped, gives back what its other commands added.
+            let counts = counts_of(batch, &counted.replies)?;
+            // Its caller has the counts in this same poll.
+            counted.reserved.claim();
+            Ok(counts)
+        })
+        .await
     }
 
     /// The batch on one replica, with the node's birth asked in the same
@@ -88,17 +89,19 @@ impl MemcachedStore {
     ) -> Result<(BatchCounts, Reservation<Queued<'a>>), StoreError> {
         let (commands, additions) = request_of(batch, ask_birth);
         let generation = node.born().1;
-        let Counted {
-            mut replies,
-            reserved,
-        } = node
-            .call_counted(commands, additions, batch.deadline)
-            .await?;
-        // Only asked, so only popped, when `ask_birth`.
-        if ask_birth && let Some(Reply::Value(born)) = replies.pop() {
-            node.learn_born(born, generation);
-        }
-        Ok((counts_of(batch, &replies)?, reserved))
+        let deadline = batch.deadline;
+        node.call_counted(commands, additions, deadline, |counted| {
+            let Counted {
+                mut replies,
+                reserved,
+            } = counted;
+            // Only asked, so only popped, when `ask_birth`.
+            if ask_birth && let Some(Reply::Value(born)) = replies.pop() {
+                node.learn_born(born, generation);
+            }
+            Ok((counts_of(batch, &replies)?, reserved))
+        })
+        .await
     }
 
     /// The batch on each of `nodes`, tried again while the replicas

@@ -307,21 +307,24 @@ impl Node {
     /// Send `commands`, some of which are `additions`, and wait for their
     /// replies, until `deadline` if one is given: then the timeout error
     /// (see [`sweep`]). The replies come with the reservation of what they
-    /// report added. A caller that stops waiting, or runs out of time, is
-    /// not counted: if it goes after the replies reached it, its wait
-    /// gives the additions back (see [`Unclaimed`]); if before, the reader
-    /// does.
-    pub async fn call_counted<'a>(
+    /// report added, handed to `take` in the poll they arrive: what it
+    /// returns is the call's. A caller that stops waiting, or runs out of
+    /// time, is not counted: if it goes after the replies reached it, its
+    /// wait gives the additions back (see [`Unclaimed`]); if before, the
+    /// reader does.
+    pub async fn call_counted<'a, T>(
         &'a self,
         commands: Commands,
         additions: Additions<'a>,
         deadline: Option<CallDeadline>,
-    ) -> Result<Counted<'a>, StoreError> {
+        take: impl FnOnce(Counted<'a>) -> Result<T, StoreError> + Unpin,
+    ) -> Result<T, StoreError> {
         let (index, answer) = self.send(commands, Delivery::UndoIfUnclaimed, deadline)?;
         Unclaimed {
             answer: Some(answer),
             additions,
             queue: &self.queues[index],
+            take: Some(take),
         }
         .await
     }

@@ -25,20 +25,27 @@ pub struct Counted<'a> {
     pub reserved: Reservation<Queued<'a>>,
 }
 
-/// The wait for a counted request's answer. Dropped before it took the
-/// answer (its caller gave up), it closes the channel and looks once more:
-/// an answer already sent is taken, and its reservation dropped; one not
-/// yet sent never will be, and the reader drops it instead (see
-/// `reader::complete`).
-pub(super) struct Unclaimed<'a> {
+/// The wait for a counted request's answer, and what its caller makes of
+/// it (`take`, run in the poll the answer arrives, so that only what the
+/// caller keeps is moved out of the wait, not the replies). Dropped before
+/// it took the answer (its caller gave up), it closes the channel and
+/// looks once more: an answer already sent is taken, and its reservation
+/// dropped; one not yet sent never will be, and the reader drops it
+/// instead (see `reader::complete`).
+pub(super) struct Unclaimed<'a, F> {
     /// `None` once taken.
     pub(super) answer: Option<oneshot::Receiver<Answer>>,
     pub(super) additions: Additions<'a>,
     pub(super) queue: &'a Queue,
+    /// `None` once run.
+    pub(super) take: Option<F>,
 }
 
-impl<'a> Future for Unclaimed<'a> {
-    type Output = Result<Counted<'a>, StoreError>;
+impl<'a, T, F> Future for Unclaimed<'a, F>
+where
+    F: FnOnce(Counted<'a>) -> Result<T, StoreError> + Unpin,
+{
+    type Output = Result<T, StoreError>;
 
     fn poll(mut self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<Self::Output> {
         let Some(answer) = self.answer.as_mut() else {
@@ -48,11 +55,15 @@ impl<'a> Future for Unclaimed<'a> {
         self.answer = None;
         let replies = answered.unwrap_or_else(|_| Err(ended_without_answering()))?;
         let reserved = Queued::additions(self.queue, self.additions, &replies);
-        Poll::Ready(Ok(Counted { replies, reserved }))
+        // Run once: the answer, taken above, is not there a second time.
+        let Some(take) = self.take.take() else {
+            return Poll::Ready(Err(ended_without_answering()));
+        };
+        Poll::Ready(take(Counted { replies, reserved }))
     }
 }
 
-impl Drop for Unclaimed<'_> {
+impl<F> Drop for Unclaimed<'_, F> {
     fn drop(&mut self) {
         let Some(mut answer) = self.answer.take() else {
             return;
