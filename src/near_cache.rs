@@ -68,6 +68,13 @@ impl NearKey {
             windows: policy.windows_id(),
         }
     }
+
+    /// Its bits as words, for a hasher to take a word at a time (a derived
+    /// `Hash` writes the digest as a slice of bytes, with its length).
+    pub fn words(&self) -> [u64; 3] {
+        let [low, high] = self.digest.words();
+        [low, high, self.windows]
+    }
 }
 
 /// Counts of one limit, oldest first, read while `bucket` was current.

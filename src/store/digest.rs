@@ -110,6 +110,17 @@ impl KeyDigest {
         &self.0
     }
 
+    /// Its bytes as two little-endian words, for hashers that take a word
+    /// at a time.
+    pub fn words(&self) -> [u64; 2] {
+        let word = |at: usize| {
+            let mut bytes = [0u8; 8];
+            bytes.copy_from_slice(&self.0[at..at + 8]);
+            u64::from_le_bytes(bytes)
+        };
+        [word(0), word(8)]
+    }
+
     /// Lowercase hex, as [`Display`](fmt::Display) writes it, without
     /// formatting machinery or allocation: it is on every check's wire path.
     #[inline]

@@ -190,8 +190,10 @@ impl Coalescer {
     ) -> InFlight {
         let mut hasher = self.shards.hasher.build_hasher();
         for part in parts {
-            part.near_key.hash(&mut hasher);
-            part.policy.limits_id().hash(&mut hasher);
+            for word in part.near_key.words() {
+                hasher.write_u64(word);
+            }
+            hasher.write_u64(part.policy.limits_id());
         }
         counting.hash(&mut hasher);
         InFlight {
