@@ -153,6 +153,9 @@ pub struct Policy {
     /// A hash of the limits, values included, seeded once per process
     /// (see [`limits_id`](Self::limits_id)).
     limits_id: u64,
+    /// The largest cost any limit could ever admit, computed once: every
+    /// check asks.
+    max_cost: u64,
     /// Shadow mode: decide and count as usual, but always admit.
     shadow: bool,
 }
@@ -219,6 +222,7 @@ impl Policy {
             scope,
             windows_id: hasher.finish(),
             limits_id,
+            max_cost: limits.iter().map(Limit::limit).min().unwrap_or(0),
             limits,
             shadow: false,
         })
@@ -299,7 +303,7 @@ impl Policy {
 
     /// The largest cost any limit of this policy could ever admit.
     pub fn max_cost(&self) -> u64 {
-        self.limits.iter().map(Limit::limit).min().unwrap_or(0)
+        self.max_cost
     }
 }
 

@@ -176,12 +176,14 @@ impl<S: Store> Limiter<S> {
 /// refused, a cost above every chance) must not be counted, even for the
 /// instant before its take-back: it is answered as a peek.
 fn counting_for(items: &[Item<'_>], refused: &[(usize, Decision)], counting: Counting) -> Counting {
-    let doomed =
-        || !refused.is_empty() || items.iter().any(|item| item.cost > item.policy.max_cost());
-    match counting {
-        Counting::IfAdmitted if doomed() => Counting::Never,
-        counting => counting,
+    if counting != Counting::IfAdmitted {
+        return counting;
     }
+    let never_passes = |item: &Item<'_>| item.cost > item.policy.max_cost();
+    if !refused.is_empty() || items.iter().any(never_passes) {
+        return Counting::Never;
+    }
+    counting
 }
 
 /// The screen's refusals and the exchange's decisions, in the items' order.
