@@ -3,6 +3,7 @@
 //! the exchange in flight for the same parts or leads its own (`lead`).
 
 use tokio::sync::oneshot;
+use tokio::task::Unconstrained;
 
 use super::deadline::Deadline;
 use super::exchange::gather::{Coalescer, Joined, Lead, Member, Turn};
@@ -122,7 +123,7 @@ impl<S: Store> Limiter<S> {
     ) -> Result<Vec<Member>, Result<Decisions, CheckError>> {
         let turn = if arrival.read_again {
             match arrival.deadline.bound(wait_for_turn(turn)).await {
-                Ok(turn) => turn,
+                Ok(turn) => turn.ok(),
                 // Its place is given up (a counted answer arriving now is
                 // taken back, a lead passed on), and the failure mode
                 // decides, as for a store call that ran out of time.
@@ -132,7 +133,7 @@ impl<S: Store> Limiter<S> {
                 }
             }
         } else {
-            wait_for_turn(turn).await
+            wait_for_turn(turn).await.ok()
         };
         match turn {
             Some(Turn::Decided(result, share)) => {
@@ -210,7 +211,7 @@ fn merged(items: usize, refused: Vec<(usize, Decision)>, found: Decisions) -> De
 /// cleared, was a fifth of a hot key's instructions. A request that read
 /// its near-cache entry again on the way spent part of its time first, so
 /// a leader that started after it may end later: that request waits with
-/// a timer ([`Arrival::read_again`]). `None` when the batch was dropped
+/// a timer ([`Arrival::read_again`]). An error when the batch was dropped
 /// unanswered.
 ///
 /// One case is not bounded: a leader whose future is neither polled nor
@@ -218,9 +219,11 @@ fn merged(items: usize, refused: Vec<(usize, Decision)>, found: Decisions) -> De
 /// requests behind it wait until it is polled or dropped.
 ///
 /// Unconstrained by tokio's cooperative budget: an answer that is there is
-/// always taken, never dropped unread for a budget-starved poll.
-async fn wait_for_turn(turn: oneshot::Receiver<Turn>) -> Option<Turn> {
-    tokio::task::unconstrained(turn).await.ok()
+/// always taken, never dropped unread for a budget-starved poll. The
+/// receiver's own future, not an `async fn` around it: every level of
+/// future a gathered request waits in is set up and polled for each one.
+fn wait_for_turn(turn: oneshot::Receiver<Turn>) -> Unconstrained<oneshot::Receiver<Turn>> {
+    tokio::task::unconstrained(turn)
 }
 
 /// Never needed (every item is decided by the screen or by the exchange);
