@@ -164,22 +164,20 @@ pub(super) fn reckoned(
     counts: &[CountsByLimit],
     now_ms: u64,
 ) -> Reckoning {
-    let limits = limits_of(arrival);
-    match (&limits[..], counts, &arrival.costs[..]) {
-        ([limits], [counts], [cost]) if lead.others.is_empty() => {
-            reckon_one(limits, counts, now_ms, *cost, arrival.counting)
+    let (parts, costs, counting) = (&arrival.parts[..], &arrival.costs[..], arrival.counting);
+    // One part (a check, or a hot key's batch): its limits without a list.
+    if let ([part], [counts], [cost]) = (parts, counts, costs) {
+        let limits = part.limits();
+        if lead.others.is_empty() {
+            return reckon_one(limits, counts, now_ms, *cost, counting);
         }
-        ([limits], [counts], [cost]) => {
-            let costs = lead.others.iter().map(|member| member.costs[0]);
-            let costs = costs.chain(std::iter::once(*cost));
-            reckon_part(limits, counts, now_ms, costs, arrival.counting)
-        }
-        _ => {
-            let costs = lead.others.iter().map(|member| member.costs.as_slice());
-            let costs = costs.chain(std::iter::once(arrival.costs.as_slice()));
-            reckon(&limits, counts, now_ms, costs, arrival.counting)
-        }
+        let costs = lead.others.iter().map(|member| member.costs[0]);
+        let costs = costs.chain(std::iter::once(*cost));
+        return reckon_part(limits, counts, now_ms, costs, counting);
     }
+    let others = lead.others.iter().map(|member| member.costs.as_slice());
+    let requests = others.chain(std::iter::once(costs));
+    reckon(&limits_of(arrival), counts, now_ms, requests, counting)
 }
 
 /// Each part's limits.
