@@ -202,7 +202,7 @@ impl<S: Store> Limiter<S> {
         // The admitted first; the refused once the take-back has landed,
         // so a refused caller that asks again finds the counts it left.
         let (mine, refused) = if lead.others.is_empty() {
-            (verdicts, Vec::new())
+            (verdicts, None)
         } else {
             let mut verdicts = verdicts;
             let mine = last_verdicts(&mut verdicts, batches.len());
@@ -214,7 +214,7 @@ impl<S: Store> Limiter<S> {
             };
             let store = &self.exchange.store;
             let refused = answer_admitted(store, lead, batches, answering, &decision_of);
-            (mine, refused)
+            (mine, Some(refused))
         };
         debug_assert!(
             holds_its_own(held, arrival),
@@ -233,7 +233,7 @@ impl<S: Store> Limiter<S> {
                 return None;
             }
         }
-        if !lead.others.is_empty() {
+        if let Some(refused) = refused {
             answer_refused(lead, refused);
         }
         self.remember_batch(arrival, counts, reckoning, &after, now_ms);
