@@ -176,6 +176,7 @@ impl<S: Store> Limiter<S> {
 /// How a request counts: one that can never pass (an item the screen
 /// refused, a cost above every chance) must not be counted, even for the
 /// instant before its take-back: it is answered as a peek.
+#[inline]
 fn counting_for(items: &[Item<'_>], refused: &[(usize, Decision)], counting: Counting) -> Counting {
     if counting != Counting::IfAdmitted {
         return counting;

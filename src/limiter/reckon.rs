@@ -42,6 +42,7 @@ pub(super) struct Reckoning {
 
 impl Reckoning {
     /// Whether the batch counted anything that stays.
+    #[inline]
     pub(super) fn kept_any(&self) -> bool {
         self.kept.iter().any(|&kept| kept > 0)
     }
