@@ -10,6 +10,7 @@ use super::exchange::gather::{Coalescer, Joined, Lead, Member, Turn};
 use super::request::{Arrival, Costs, Decisions, Item, Part, Parts};
 use super::screen::{Looked, Screened};
 use super::{CheckError, Decision, Limiter, Source, validate};
+use crate::metrics::Metrics;
 use crate::near_cache::Items;
 use crate::store::{Store, StoreError};
 use crate::window::Counting;
@@ -95,11 +96,22 @@ impl<S: Store> Limiter<S> {
         // one handed the lead after waiting, at the clock's reading then.
         let (others, now_ms) = match coalescer.join(&key, &arrival.costs, arrival.deadline) {
             Joined::Lead => (Vec::new(), arrival.now_ms),
+            // Waited for here, not in a function of its own: every level
+            // of future is set up and polled for each request gathered.
             Joined::Wait(turn) => {
                 self.metrics.coalesced();
-                match self.wait(turn, arrival).await {
-                    Ok(others) => (others, self.clock.now_ms()),
-                    Err(decided) => return decided,
+                let turn = if arrival.read_again {
+                    let bounded = arrival.deadline.bound(wait_for_turn(turn));
+                    bounded.await.map(Result::ok)
+                } else {
+                    Ok(wait_for_turn(turn).await.ok())
+                };
+                match waited(turn, &self.metrics) {
+                    Waited::Lead(others) => (others, self.clock.now_ms()),
+                    Waited::Decided(decided) => return decided,
+                    Waited::FallBack(error) => {
+                        return Box::pin(self.fall_back_now(error, arrival)).await;
+                    }
                 }
             }
         };
@@ -112,50 +124,6 @@ impl<S: Store> Limiter<S> {
         // Dropping `lead` passes the turn to the next batch, once this
         // batch's take-back (if any) has landed: the next batch then reads
         // counts without this one's refused costs in them.
-    }
-
-    /// Wait for the turn: `Ok` with the batch to lead, or `Err` with the
-    /// answer (another leader's, or the failure mode's).
-    async fn wait(
-        &self,
-        turn: oneshot::Receiver<Turn>,
-        arrival: &Arrival<'_>,
-    ) -> Result<Vec<Member>, Result<Decisions, CheckError>> {
-        let turn = if arrival.read_again {
-            match arrival.deadline.bound(wait_for_turn(turn)).await {
-                Ok(turn) => turn.ok(),
-                // Its place is given up (a counted answer arriving now is
-                // taken back, a lead passed on), and the failure mode
-                // decides, as for a store call that ran out of time.
-                Err(error) => {
-                    self.metrics.store_error(&error);
-                    return Err(Box::pin(self.fall_back_now(error, arrival)).await);
-                }
-            }
-        } else {
-            wait_for_turn(turn).await.ok()
-        };
-        match turn {
-            Some(Turn::Decided(result, share)) => {
-                // Read: the caller is told now.
-                if let Some(share) = share {
-                    share.claim();
-                }
-                Err(result)
-            }
-            Some(Turn::Lead(hand_off)) => Ok(hand_off.take()),
-            // Its batch was dropped unanswered (nothing drops one today: a
-            // leader that gives up passes the lead on, and a batch is
-            // answered before it is let go). Nothing counted it: the
-            // failure mode decides, told so rather than told of a timeout
-            // that did not happen.
-            None => {
-                let error = StoreError::Unreachable(
-                    "the batch this check waited in ended unanswered".to_owned(),
-                );
-                Err(Box::pin(self.fall_back_now(error, arrival)).await)
-            }
-        }
     }
 
     /// The failure mode's decision for a request, alone, at the clock's
@@ -186,6 +154,45 @@ fn counting_for(items: &[Item<'_>], refused: &[(usize, Decision)], counting: Cou
         return Counting::Never;
     }
     counting
+}
+
+/// What a gathered request's wait came to.
+enum Waited {
+    /// The batch to lead (its other requests).
+    Lead(Vec<Member>),
+    /// Its answer, another leader's.
+    Decided(Result<Decisions, CheckError>),
+    /// No answer: the failure mode decides, by this error.
+    FallBack(StoreError),
+}
+
+/// What a gathered request's `turn` comes to: `Err` when it ran out of
+/// time waiting (its place was given up with the wait: a counted answer
+/// arriving then is taken back, a lead passed on), `None` when its batch
+/// was dropped unanswered.
+fn waited(turn: Result<Option<Turn>, StoreError>, metrics: &Metrics) -> Waited {
+    match turn {
+        Ok(Some(Turn::Decided(result, share))) => {
+            // Read: the caller is told now.
+            if let Some(share) = share {
+                share.claim();
+            }
+            Waited::Decided(result)
+        }
+        Ok(Some(Turn::Lead(hand_off))) => Waited::Lead(hand_off.take()),
+        // Nothing drops a batch unanswered today (a leader that gives up
+        // passes the lead on, and a batch is answered before it is let
+        // go). Nothing counted it: the failure mode decides, told so
+        // rather than told of a timeout that did not happen.
+        Ok(None) => Waited::FallBack(StoreError::Unreachable(
+            "the batch this check waited in ended unanswered".to_owned(),
+        )),
+        // As for a store call that ran out of time.
+        Err(error) => {
+            metrics.store_error(&error);
+            Waited::FallBack(error)
+        }
+    }
 }
 
 /// The screen's refusals and the exchange's decisions, in the items' order.
