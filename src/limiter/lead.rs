@@ -384,6 +384,7 @@ impl<S: Store> Limiter<S> {
 }
 
 /// Each part's layouts at `now_ms`.
+#[inline]
 fn layouts_of(arrival: &Arrival<'_>, now_ms: u64) -> SmallVec<[Layouts; 1]> {
     if let [part] = arrival.parts.as_slice() {
         return SmallVec::from_buf([counters::layouts(part.digest, part.policy, now_ms)]);
