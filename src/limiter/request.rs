@@ -27,6 +27,7 @@ pub(super) struct Part<'a> {
 }
 
 impl<'a> Part<'a> {
+    #[inline]
     pub(super) fn of(key: &str, policy: &'a Policy) -> Part<'a> {
         let digest = KeyDigest::of(policy.scope(), key);
         Part {
