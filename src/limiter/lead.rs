@@ -198,7 +198,9 @@ impl<S: Store> Limiter<S> {
         let decision_of = decision_of(stood);
         let verdicts = std::mem::take(&mut reckoning.verdicts);
         // What was refused is taken back below, by the leader itself.
-        held.surrender_part(&reckoning.take_back);
+        if reckoning.take_back.iter().any(|&back| back > 0) {
+            held.surrender_part(&reckoning.take_back);
+        }
         // The admitted first; the refused once the take-back has landed,
         // so a refused caller that asks again finds the counts it left.
         let (mine, refused) = if lead.others.is_empty() {
