@@ -81,8 +81,17 @@ impl Memcached {
     /// Freeze the server (SIGSTOP), as a host that stops scheduling it
     /// would: its sockets still accept and buffer what is sent, and it
     /// applies all of it once resumed. Killed when dropped all the same.
+    ///
+    /// Returns once every thread of it has stopped: a stop signal takes
+    /// effect as each thread next passes through the kernel, and on a
+    /// loaded machine a request sent just after `kill` was still answered
+    /// (a test that expected its call to hang failed a few times in ten).
     pub fn pause(&self) {
         self.signal(libc::SIGSTOP);
+        let pid = self.child.as_ref().expect("memcached is not running").id();
+        wait::wait_for_blocking("memcached to stop", Duration::from_secs(5), || {
+            every_thread_stopped(pid)
+        });
     }
 
     /// Let a paused server run again (SIGCONT).
@@ -292,6 +301,20 @@ pub fn today_ms() -> u64 {
         .unwrap()
         .as_millis() as u64;
     now - now % 86_400_000
+}
+
+/// Whether every thread of process `pid` is stopped (state `T` in
+/// `/proc/PID/task/TID/stat`, read after the command name's closing
+/// parenthesis).
+fn every_thread_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.filter_map(Result::ok).all(|task| {
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        let state = stat.rsplit_once(')').map(|(_, rest)| rest.trim_start());
+        state.is_some_and(|state| state.starts_with('T') || state.starts_with('t'))
+    })
 }
 
 fn spawn(binary: &Path, port: u16, extra: &[String]) -> Result<Child, String> {
