@@ -190,9 +190,7 @@ impl Coalescer {
     ) -> InFlight {
         let mut hasher = self.shards.hasher.build_hasher();
         for part in parts {
-            for word in part.near_key.words() {
-                hasher.write_u64(word);
-            }
+            part.near_key.hash(&mut hasher);
             hasher.write_u64(part.policy.limits_id());
         }
         counting.hash(&mut hasher);
