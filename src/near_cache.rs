@@ -68,12 +68,6 @@ impl NearKey {
             windows: policy.windows_id(),
         }
     }
-
-    /// Its bits as words, for a hasher to take a word at a time.
-    pub fn words(&self) -> [u64; 3] {
-        let [low, high] = self.digest.words();
-        [low, high, self.windows]
-    }
 }
 
 /// A word at a time: a derived `Hash` writes the digest as a slice of
@@ -82,7 +76,8 @@ impl NearKey {
 /// as equality compares.
 impl std::hash::Hash for NearKey {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        for word in self.words() {
+        let [low, high] = self.digest.words();
+        for word in [low, high, self.windows] {
             state.write_u64(word);
         }
     }

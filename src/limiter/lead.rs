@@ -198,7 +198,7 @@ impl<S: Store> Limiter<S> {
         let decision_of = decision_of(stood);
         let verdicts = std::mem::take(&mut reckoning.verdicts);
         // What was refused is taken back below, by the leader itself.
-        if reckoning.take_back.iter().any(|&back| back > 0) {
+        if reckoning.takes_back() {
             held.surrender_part(&reckoning.take_back);
         }
         // The admitted first; the refused once the take-back has landed,
@@ -250,10 +250,10 @@ impl<S: Store> Limiter<S> {
         batches: &[CounterBatch],
         reckoning: &Reckoning,
     ) -> After {
-        let take_back = &reckoning.take_back;
-        if take_back.iter().all(|&back| back == 0) {
+        if !reckoning.takes_back() {
             return After::new();
         }
+        let take_back = &reckoning.take_back;
         Box::pin(
             self.exchange
                 .take_back(arrival.deadline, batches, take_back),

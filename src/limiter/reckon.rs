@@ -47,6 +47,12 @@ impl Reckoning {
         self.kept.iter().any(|&kept| kept > 0)
     }
 
+    /// Whether any part gives something back.
+    #[inline]
+    pub(super) fn takes_back(&self) -> bool {
+        self.take_back.iter().any(|&back| back > 0)
+    }
+
     /// Each request's verdicts, one per part, in arrival order.
     #[cfg(test)]
     pub(super) fn by_request(&self) -> std::slice::Chunks<'_, Verdict> {
